@@ -1,0 +1,384 @@
+"""A self-contained, hashable MuJoCo model: one flattened MJCF XML plus its asset files."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from ._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
+from ._format import BUNDLE_GROUP, as_int, check_array
+
+__all__ = ["ModelBundle", "QposLayout"]
+
+ASSET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+MAX_ASSETS = 10_000
+MAX_ASSET_BYTES = 512 * 2**20
+MAX_XML_BYTES = 64 * 2**20
+_BUNDLE_ATTR = "mjarchive_bundle"
+_HASH_DOMAIN = b"mjarchive-bundle-v1\0"
+_JOINT_TYPES = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+# XML attributes through which MuJoCo would open a file or directory.
+_DIR_ATTRS = ("meshdir", "texturedir", "assetdir")
+
+
+def check_asset_name(name: Any) -> str:
+    """An asset name must be a flat, harmless file name (no separators, no '..', no control chars)."""
+    if not isinstance(name, str) or not ASSET_NAME_RE.match(name) or ".." in name:
+        raise UnsafeBundleError(
+            f"asset name {name!r} is not a flat file name (allowed: letters, digits, '_', '.', '+', "
+            "'-'; no path separators, no '..'); the bundle may be hostile"
+        )
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class QposLayout:
+    """The qpos layout signature a replay model must match."""
+
+    nq: int
+    nv: int
+    nmocap: int
+    joints: tuple[tuple[str, str, int], ...]  # (name, type, qpos address)
+    mocap_bodies: tuple[str, ...]
+    cameras: tuple[str, ...]
+
+    @classmethod
+    def from_model(cls, model: mujoco.MjModel) -> QposLayout:
+        joints = tuple(
+            (model.joint(j).name, _JOINT_TYPES[int(model.jnt_type[j])], int(model.jnt_qposadr[j]))
+            for j in range(model.njnt)
+        )
+        mocap = [""] * model.nmocap
+        for b in range(model.nbody):
+            if model.body_mocapid[b] >= 0:
+                mocap[int(model.body_mocapid[b])] = model.body(b).name
+        cams = tuple(model.camera(c).name for c in range(model.ncam))
+        return cls(int(model.nq), int(model.nv), int(model.nmocap), joints, tuple(mocap), cams)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nq": self.nq,
+            "nv": self.nv,
+            "nmocap": self.nmocap,
+            "joints": [list(j) for j in self.joints],
+            "mocap_bodies": list(self.mocap_bodies),
+            "cameras": list(self.cameras),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> QposLayout:
+        try:
+            joints = tuple((str(n), str(t), as_int(a, "joint qpos address", hi=1 << 24)) for n, t, a in d["joints"])
+            return cls(
+                as_int(d["nq"], "nq", hi=1 << 24),
+                as_int(d["nv"], "nv", hi=1 << 24),
+                as_int(d["nmocap"], "nmocap", hi=1 << 20),
+                joints,
+                tuple(str(b) for b in d["mocap_bodies"]),
+                tuple(str(c) for c in d["cameras"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, FormatError):
+                raise
+            raise FormatError(f"malformed qpos layout in archive metadata: {exc!r}") from None
+
+    def check_compatible(self, model: mujoco.MjModel | QposLayout) -> None:
+        """Raise LayoutMismatchError naming the first difference between this layout and `model`'s."""
+        other = model if isinstance(model, QposLayout) else QposLayout.from_model(model)
+        hint = "replay needs the model the archive was recorded with (use archive.model() or its bundle)"
+        for field in ("nq", "nv", "nmocap"):
+            if getattr(self, field) != getattr(other, field):
+                raise LayoutMismatchError(
+                    f"model has {field}={getattr(other, field)} but the archive was recorded with "
+                    f"{field}={getattr(self, field)}; {hint}"
+                )
+        for i, (mine, theirs) in enumerate(zip(self.joints, other.joints)):
+            if mine != theirs:
+                raise LayoutMismatchError(
+                    f"joint {i} differs: archive has {mine[0]!r} ({mine[1]}, qpos address {mine[2]}), "
+                    f"model has {theirs[0]!r} ({theirs[1]}, qpos address {theirs[2]}); {hint}"
+                )
+        if len(self.joints) != len(other.joints):
+            longer = self.joints if len(self.joints) > len(other.joints) else other.joints
+            extra = longer[min(len(self.joints), len(other.joints))][0]
+            where = "archive" if longer is self.joints else "model"
+            raise LayoutMismatchError(
+                f"joint count differs ({len(self.joints)} in archive, {len(other.joints)} in model); "
+                f"first extra joint {extra!r} is in the {where}; {hint}"
+            )
+        if self.mocap_bodies != other.mocap_bodies:
+            raise LayoutMismatchError(
+                f"mocap bodies differ: archive {list(self.mocap_bodies)}, model {list(other.mocap_bodies)}; {hint}"
+            )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _resolve(file: str, directory: str, modeldir: str) -> str:
+    if os.path.isabs(file):
+        return file
+    if directory and os.path.isabs(directory):
+        return os.path.join(directory, file)
+    return os.path.join(modeldir, directory, file)
+
+
+class _Collector:
+    """Reads each referenced file once and hands out flat, unique, deterministic names."""
+
+    def __init__(self, spec: mujoco.MjSpec, base_dir: str | None):
+        self.memory = dict(spec.assets)
+        self.modeldir = base_dir if base_dir is not None else (spec.modelfiledir or "")
+        self.assets: dict[str, bytes] = {}
+        self.by_source: dict[str, str] = {}
+
+    def take(self, file: str, directory: str) -> str:
+        for key in (os.path.join(directory, file) if directory else file, file):
+            if key in self.memory:
+                source, data = f"memory:{key}", bytes(self.memory[key])
+                break
+        else:
+            source = os.path.realpath(_resolve(file, directory, self.modeldir))
+            if source in self.by_source:
+                return self.by_source[source]
+            try:
+                data = Path(source).read_bytes()
+            except OSError as exc:
+                raise BundleError(f"cannot read model asset {file!r} (looked at {source}): {exc.strerror}") from None
+        if source in self.by_source:
+            return self.by_source[source]
+        stem, ext = os.path.splitext(os.path.basename(file.replace("\\", "/")))
+        stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", stem).lstrip(".") or "asset"
+        ext = re.sub(r"[^A-Za-z0-9]", "", ext)[:16]
+        name = f"{stem[:100]}.{ext}" if ext else stem[:100]
+        if name in self.assets and self.assets[name] != data:
+            name = f"{stem[:90]}-{_sha256(data)[:8]}" + (f".{ext}" if ext else "")
+        self.assets[name] = data
+        self.by_source[source] = name
+        return name
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelBundle:
+    """One flattened MJCF XML plus every asset it needs, under flat unique names.
+
+    Build one with `from_file`, `from_spec` or `from_xml`; compile it with `compile()`.
+    Two bundles are equal when their `sha256` is equal.
+    """
+
+    xml: str
+    assets: Mapping[str, bytes]
+
+    def __post_init__(self):
+        for name in self.assets:
+            check_asset_name(name)
+        object.__setattr__(self, "assets", dict(sorted((k, bytes(v)) for k, v in self.assets.items())))
+
+    # -- constructors --------------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> ModelBundle:
+        """Bundle an MJCF file with its includes, meshes, textures, height fields and skins."""
+        path = Path(path)
+        if not path.is_file():
+            raise BundleError(f"model file {str(path)!r} does not exist")
+        try:
+            spec = mujoco.MjSpec.from_file(str(path))
+        except Exception as exc:  # MuJoCo raises plain ValueError/Exception with its parser message
+            raise BundleError(f"MuJoCo could not parse {str(path)!r}: {exc}") from None
+        return cls._from_parsed_spec(spec, str(path.resolve().parent) + os.sep)
+
+    @classmethod
+    def from_spec(cls, spec: mujoco.MjSpec) -> ModelBundle:
+        """Bundle an MjSpec; files are read relative to its model directory, `spec.assets` first."""
+        return cls._from_parsed_spec(spec.copy(), None)
+
+    @classmethod
+    def from_xml(cls, xml: str, assets: Mapping[str, bytes] | None = None) -> ModelBundle:
+        """Bundle an XML string whose files are all given in `assets` (name -> bytes)."""
+        try:
+            spec = mujoco.MjSpec.from_string(xml, assets=dict(assets or {}))
+        except Exception as exc:
+            raise BundleError(f"MuJoCo could not parse the XML: {exc}") from None
+        return cls._from_parsed_spec(spec, "")
+
+    @classmethod
+    def _from_parsed_spec(cls, spec: mujoco.MjSpec, base_dir: str | None) -> ModelBundle:
+        collector = _Collector(spec, base_dir)
+        meshdir, texdir = spec.meshdir, spec.texturedir
+        for element in [*spec.meshes, *spec.hfields, *spec.skins]:
+            if element.file:
+                element.file = collector.take(element.file, meshdir)
+        for texture in spec.textures:
+            if texture.file:
+                texture.file = collector.take(texture.file, texdir)
+            faces = list(texture.cubefiles)
+            if any(faces):
+                texture.cubefiles = [collector.take(f, texdir) if f else "" for f in faces]
+        spec.meshdir = ""
+        spec.texturedir = ""
+        spec.assets = dict(collector.assets)
+        try:
+            xml = spec.to_xml()
+        except Exception as exc:
+            raise BundleError(f"MuJoCo could not compile the model while bundling it: {exc}") from None
+        return cls(xml, collector.assets)
+
+    # -- use ------------------------------------------------------------------------------------
+    def spec(self) -> mujoco.MjSpec:
+        """A fresh MjSpec parsed only from the bundle's bytes."""
+        check_xml_references(self.xml, self.assets)
+        try:
+            return mujoco.MjSpec.from_string(self.xml, assets=dict(self.assets))
+        except Exception as exc:
+            raise BundleError(f"the bundled model does not parse: {exc}") from None
+
+    def compile(self) -> mujoco.MjModel:
+        """An MjModel compiled only from the bundle's bytes."""
+        check_xml_references(self.xml, self.assets)
+        try:
+            return mujoco.MjModel.from_xml_string(self.xml, dict(self.assets))
+        except Exception as exc:
+            raise BundleError(f"the bundled model does not compile: {exc}") from None
+
+    @property
+    def sha256(self) -> str:
+        """Content hash over the XML bytes and the sorted asset names and hashes."""
+        h = hashlib.sha256(_HASH_DOMAIN)
+        h.update(_sha256(self.xml.encode()).encode() + b"\0")
+        for name, data in self.assets.items():
+            h.update(name.encode() + b"\0" + _sha256(data).encode() + b"\0")
+        return h.hexdigest()
+
+    @property
+    def layout(self) -> QposLayout:
+        return QposLayout.from_model(self.compile())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModelBundle) and self.sha256 == other.sha256
+
+    def __hash__(self) -> int:
+        return hash(self.sha256)
+
+    def __repr__(self) -> str:
+        return f"ModelBundle(sha256={self.sha256[:12]}…, assets={len(self.assets)}, xml={len(self.xml)} chars)"
+
+    def export(self, directory: str | os.PathLike) -> Path:
+        """Write `model.xml` and the assets into `directory` so MuJoCo's viewer can open it."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in self.assets.items():
+            (out / check_asset_name(name)).write_bytes(data)
+        (out / "model.xml").write_text(self.xml)
+        return out / "model.xml"
+
+    # -- Zarr (layout in spec/) -------------------------------------------------------------------
+    def to_zarr(self, parent: Any, name: str = BUNDLE_GROUP) -> None:
+        """Write the bundle as a Zarr v3 group `name` under the group `parent`."""
+        import zarr.codecs
+
+        group = parent.create_group(name)
+        entries = []
+        blobs = [("xml", self.xml.encode())] + [(f"asset_{i:05d}", d) for i, d in enumerate(self.assets.values())]
+        for key, data in blobs:
+            arr = group.create_array(
+                key, shape=(len(data),), chunks=(max(1, min(len(data), 8 * 2**20)),), dtype="uint8",
+                compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
+            )
+            if data:
+                arr[:] = np.frombuffer(data, dtype=np.uint8)
+        for (key, data), asset_name in zip(blobs[1:], self.assets):
+            entries.append({"name": asset_name, "key": key, "size": len(data), "sha256": _sha256(data)})
+        group.attrs.update(
+            {
+                _BUNDLE_ATTR: {
+                    "sha256": self.sha256,
+                    "xml": {"size": len(blobs[0][1]), "sha256": _sha256(blobs[0][1])},
+                    "assets": entries,
+                }
+            }
+        )
+
+    @classmethod
+    def from_zarr(cls, parent: Any, name: str = BUNDLE_GROUP) -> ModelBundle:
+        """Read and fully verify a bundle group written by `to_zarr` (treated as untrusted)."""
+        try:
+            group = parent[name]
+            meta = group.attrs.asdict().get(_BUNDLE_ATTR)
+        except KeyError:
+            raise FormatError(f"the archive has no model bundle group {name!r}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("assets"), list):
+            raise FormatError("the model bundle's attributes are missing or malformed")
+        if len(meta["assets"]) > MAX_ASSETS:
+            raise FormatError(f"the model bundle declares {len(meta['assets'])} assets (limit {MAX_ASSETS})")
+        xml = _read_blob(group, "xml", meta.get("xml"), MAX_XML_BYTES).decode("utf-8", errors="strict")
+        assets: dict[str, bytes] = {}
+        for i, entry in enumerate(meta["assets"]):
+            if not isinstance(entry, dict):
+                raise FormatError(f"model bundle asset entry {i} is malformed")
+            asset_name = check_asset_name(entry.get("name"))
+            if entry.get("key") != f"asset_{i:05d}":  # keys are derived, never taken from the archive
+                raise UnsafeBundleError(f"asset {asset_name!r} has unexpected key {entry.get('key')!r}")
+            if asset_name in assets:
+                raise UnsafeBundleError(f"asset name {asset_name!r} appears twice in the bundle")
+            assets[asset_name] = _read_blob(group, f"asset_{i:05d}", entry, MAX_ASSET_BYTES)
+        bundle = cls(xml, assets)
+        if bundle.sha256 != meta.get("sha256"):
+            raise UnsafeBundleError(
+                f"model bundle hash mismatch: stored {meta.get('sha256')!r}, content hashes to "
+                f"{bundle.sha256!r}; the archive was modified or corrupted"
+            )
+        check_xml_references(xml, assets)
+        return bundle
+
+
+def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
+    if not isinstance(entry, dict):
+        raise FormatError(f"model bundle entry for {key!r} is malformed")
+    size = as_int(entry.get("size"), f"size of bundle member {key!r}", hi=limit)
+    try:
+        arr = group[key]
+    except KeyError:
+        raise FormatError(f"model bundle member {key!r} is missing") from None
+    check_array(arr, f"{BUNDLE_GROUP}/{key}", dtypes={"uint8"}, ndim=1)
+    if arr.shape != (size,):
+        raise FormatError(f"model bundle member {key!r} has shape {arr.shape}, declared size {size}")
+    try:
+        data = arr[:].tobytes() if size else b""
+    except Exception as exc:
+        raise FormatError(f"model bundle member {key!r} does not decode: {exc}") from None
+    if _sha256(data) != entry.get("sha256"):
+        raise UnsafeBundleError(f"model bundle member {key!r} fails its sha256 check; the archive was modified")
+    return data
+
+
+def check_xml_references(xml: str, assets: Mapping[str, bytes]) -> None:
+    """Refuse XML that would make MuJoCo open anything but bundle members.
+
+    MuJoCo opens absolute and '../' paths in file=, *dir= and <include> even when an assets dict
+    is given, so every such reference must name a bundle member exactly.
+    """
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise UnsafeBundleError(f"the bundled XML is not well-formed: {exc}") from None
+    for element in root.iter():
+        tag = element.tag if isinstance(element.tag, str) else ""
+        if tag == "include":
+            raise UnsafeBundleError("the bundled XML contains <include>; bundles must be flattened")
+        for attr, value in element.attrib.items():
+            if attr in _DIR_ATTRS and value:
+                raise UnsafeBundleError(f"the bundled XML sets {tag} {attr}={value!r}; bundles must not name directories")
+            if attr.startswith("file") and value and value not in assets:
+                raise UnsafeBundleError(
+                    f"the bundled XML references {attr}={value!r} in <{tag}>, which is not a bundle member"
+                )

@@ -1,0 +1,102 @@
+"""On-disk constants and validators shared by the bundle, writer and reader (see spec/)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from ._errors import FormatError
+
+FORMAT_NAME = "mjarchive"
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
+ROOT_ATTR = "mjarchive"
+BUNDLE_GROUP = "model"
+
+#: Track names become store keys, so they are validated before any use.
+TRACK_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+RESERVED_ARRAYS = frozenset({"time", "qpos", "mocap_pos", "mocap_quat", "reset", "world_id", BUNDLE_GROUP})
+
+STORAGE_DTYPES = frozenset({"float32", "float64"})
+TRACK_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
+ALLOWED_CODECS = frozenset({"bytes", "blosc", "zstd", "gzip", "crc32c", "transpose", "sharding_indexed"})
+
+# Bounds checked before anything is allocated, so a tiny hostile chunk cannot expand to gigabytes.
+MAX_CHUNK_BYTES = 256 * 2**20
+MAX_WORLDS = 1 << 20
+MAX_FRAMES = 1 << 40
+MAX_TRACK_ELEMENTS = 1 << 16  # per (frame, world)
+
+
+def check_track_name(name: str) -> str:
+    """Validate a user-chosen track name; it becomes a store key."""
+    if not isinstance(name, str) or not TRACK_NAME_RE.match(name) or name in RESERVED_ARRAYS:
+        raise FormatError(
+            f"invalid track name {name!r}: use 1-64 lowercase letters, digits or '_', starting with a "
+            f"letter, and none of {sorted(RESERVED_ARRAYS)}"
+        )
+    return name
+
+
+def codec_names(codecs: Any) -> list[str]:
+    """Every codec name in a Zarr v3 codec list, including those nested inside sharding."""
+    names: list[str] = []
+    for codec in codecs or ():
+        if isinstance(codec, str):
+            names.append(codec)
+            continue
+        if not isinstance(codec, dict):
+            raise FormatError(f"malformed codec entry {codec!r}")
+        names.append(str(codec.get("name")))
+        config = codec.get("configuration") or {}
+        if isinstance(config, dict):
+            names += codec_names(config.get("codecs"))
+            names += codec_names(config.get("index_codecs"))
+    return names
+
+
+def check_array(array: Any, path: str, *, dtypes: frozenset[str] | set[str], ndim: int) -> None:
+    """Check a Zarr array's metadata against the spec before reading any chunk of it.
+
+    Raises FormatError naming the array and the problem.
+    """
+    meta = array.metadata.to_dict()
+    dtype = str(np.dtype(array.dtype))
+    if dtype not in dtypes:
+        raise FormatError(f"array {path!r} has dtype {dtype}; the spec allows {sorted(dtypes)}")
+    if len(array.shape) != ndim:
+        raise FormatError(f"array {path!r} has {len(array.shape)} dimensions, expected {ndim}")
+    bad = [n for n in codec_names(meta.get("codecs")) if n not in ALLOWED_CODECS]
+    if bad:
+        raise FormatError(
+            f"array {path!r} uses codec(s) {bad} not allowed by the mjarchive spec "
+            f"(allowed: {sorted(ALLOWED_CODECS)}); refusing to decode it"
+        )
+    chunk_bytes = math.prod(array.chunks) * np.dtype(dtype).itemsize
+    shard_shape = getattr(array, "shards", None) or array.chunks
+    shard_bytes = math.prod(shard_shape) * np.dtype(dtype).itemsize
+    if max(chunk_bytes, shard_bytes) > MAX_CHUNK_BYTES:
+        raise FormatError(
+            f"array {path!r} declares chunks of {max(chunk_bytes, shard_bytes)} bytes, above the "
+            f"spec's limit of {MAX_CHUNK_BYTES}"
+        )
+
+
+def quantize(values: np.ndarray, abs_error: float) -> tuple[np.ndarray, float]:
+    """Round to a power-of-two step no larger than 2*abs_error; returns (values, achieved bound).
+
+    Rounding to a multiple of a power of two zeroes low mantissa bits, which compresses well,
+    and is exact in float32 while |x| < step * 2**24 (checked by the caller via the bound).
+    """
+    step = 2.0 ** math.floor(math.log2(2.0 * abs_error))
+    return np.round(values / step) * step, step / 2.0
+
+
+def as_int(value: Any, what: str, *, lo: int = 0, hi: int = MAX_FRAMES) -> int:
+    """Parse an integer read from storage; bools and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise FormatError(f"{what} must be an integer in [{lo}, {hi}], found {value!r}")
+    return value

@@ -1,0 +1,359 @@
+"""The lazy reader: trusts only the committed frame count, reads only the chunks a selection needs."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import mujoco
+import numpy as np
+import zarr
+
+from ._bundle import ModelBundle
+from ._errors import ClosedError, FormatError, MjArchiveError, SelectionError
+from ._format import (
+    BUNDLE_GROUP,
+    MAX_FRAMES,
+    ROOT_ATTR,
+    check_array,
+)
+from ._manifest import Manifest
+from ._store import open_root
+
+__all__ = ["Archive", "Selection", "VerifyReport", "open"]
+
+def read_manifest(root: zarr.Group) -> tuple[Manifest, int, str]:
+    """Parse the root attributes (untrusted) into (manifest, committed frames, status)."""
+    attrs = root.attrs.asdict()
+    if ROOT_ATTR not in attrs:
+        raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
+    return Manifest.from_dict(attrs[ROOT_ATTR])
+
+
+def _expected_arrays(manifest: Manifest) -> dict[str, tuple[tuple[int, ...], frozenset[str] | set[str]]]:
+    """Per-frame trailing shape (after frame, world) and allowed dtypes of each stored array."""
+    lay = manifest.layout
+    out: dict[str, tuple[tuple[int, ...], Any]] = {
+        "qpos": ((lay.nq,), {manifest.dtype}),
+        "reset": ((), {"bool"}),
+    }
+    if lay.nmocap:
+        out["mocap_pos"] = ((lay.nmocap, 3), {manifest.dtype})
+        out["mocap_quat"] = ((lay.nmocap, 4), {manifest.dtype})
+    for name, t in manifest.tracks.items():
+        out[name] = (t.shape, {t.dtype})
+    return out
+
+
+class Archive:
+    """A read-only view of an archive. Open with `mjarchive.open(path_or_url)`.
+
+    Every property reflects the committed state as of opening or the last `refresh()`.
+    """
+
+    def __init__(self, location: Any, *, storage_options: dict | None = None):
+        self.location = location
+        self._storage_options = storage_options
+        self._closed = False
+        self._load()
+
+    def _load(self) -> None:
+        root = open_root(self.location, mode="r", storage_options=self._storage_options)
+        manifest, n_frames, status = read_manifest(root)
+        W = len(manifest.world_ids)
+        arrays: dict[str, Any] = {}
+        for name, (tail, dtypes) in _expected_arrays(manifest).items():
+            arr = _get_array(root, name)
+            check_array(arr, name, dtypes=dtypes, ndim=2 + len(tail))
+            if tuple(arr.shape[1:]) != (W, *tail):
+                raise FormatError(f"array {name!r} has shape {arr.shape}; expected (frames, {W}, {', '.join(map(str, tail))})")
+            arrays[name] = arr
+        time = _get_array(root, "time")
+        check_array(time, "time", dtypes={"float64"}, ndim=1)
+        arrays["time"] = time
+        wid = _get_array(root, "world_id")
+        check_array(wid, "world_id", dtypes={"int64"}, ndim=1)
+        if wid.shape != (W,):
+            raise FormatError(f"world_id has shape {wid.shape}, but the manifest lists {W} worlds")
+        for name, arr in arrays.items():
+            if arr.shape[0] < n_frames:
+                raise FormatError(
+                    f"committed frame count n_frames={n_frames} exceeds array {name!r} length {arr.shape[0]}; "
+                    "the archive's commit record is corrupt"
+                )
+        if n_frames > MAX_FRAMES:
+            raise FormatError(f"n_frames={n_frames} is beyond the spec's limit")
+        self._root, self.manifest, self._arrays, self._status = root, manifest, arrays, status
+        self._n_frames = n_frames
+        self._world_index = {w: i for i, w in enumerate(manifest.world_ids)}
+        self._wid_array = wid
+
+    # -- metadata ------------------------------------------------------------------------------------
+    @property
+    def n_frames(self) -> int:
+        """Committed frames: the only frames a reader may use."""
+        return self._n_frames
+
+    @property
+    def world_ids(self) -> tuple[int, ...]:
+        return self.manifest.world_ids
+
+    @property
+    def n_worlds(self) -> int:
+        return len(self.manifest.world_ids)
+
+    @property
+    def nq(self) -> int:
+        return self.manifest.layout.nq
+
+    @property
+    def nmocap(self) -> int:
+        return self.manifest.layout.nmocap
+
+    @property
+    def output_fps(self) -> float | None:
+        return self.manifest.output_fps
+
+    @property
+    def playback_speed(self) -> float:
+        return self.manifest.playback_speed
+
+    @property
+    def timestep(self) -> float:
+        return self.manifest.timestep
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        return self.manifest.cameras
+
+    @property
+    def tracks(self) -> dict[str, Any]:
+        return dict(self.manifest.tracks)
+
+    @property
+    def status(self) -> str:
+        """'live' while a writer may still append, 'finalized' after its close()."""
+        return self._status
+
+    @property
+    def format_version(self) -> str:
+        return self.manifest.format_version
+
+    @functools.cached_property
+    def bundle(self) -> ModelBundle:
+        """The embedded model bundle, verified against its hashes and the manifest."""
+        bundle = ModelBundle.from_zarr(self._root, BUNDLE_GROUP)
+        if bundle.sha256 != self.manifest.model_sha256:
+            raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256")
+        return bundle
+
+    def model(self) -> mujoco.MjModel:
+        """Compile the embedded model (layout-checked against the manifest)."""
+        model = self.bundle.compile()
+        self.manifest.layout.check_compatible(model)
+        return model
+
+    @property
+    def time(self) -> np.ndarray:
+        """Simulation time of each committed frame, shape (n_frames,)."""
+        return self._read("time", slice(0, self._n_frames), None)
+
+    def refresh(self) -> int:
+        """Re-read the commit record to see frames committed since opening; returns new n_frames."""
+        self._check_open()
+        self.__dict__.pop("bundle", None)
+        self._load()
+        return self._n_frames
+
+    # -- selection --------------------------------------------------------------------------------------
+    def select(self, worlds: Any = None, frames: Any = None) -> Selection:
+        """A lazy selection. `worlds`: original IDs (int, list, or slice over IDs); `frames`: an
+        int, slice or index array over committed frames. Nothing is read until an attribute is used."""
+        self._check_open()
+        return Selection(self, self._world_positions(worlds), self._frame_index(frames))
+
+    def world_index(self, world_id: int) -> int:
+        """Position of an original world ID in the stored world axis."""
+        try:
+            return self._world_index[int(world_id)]
+        except (KeyError, TypeError, ValueError):
+            raise SelectionError(
+                f"world {world_id!r} is not in this archive; recorded world IDs: {_short(self.world_ids)}"
+            ) from None
+
+    def _world_positions(self, worlds: Any) -> np.ndarray:
+        if worlds is None:
+            return np.arange(self.n_worlds)
+        if isinstance(worlds, slice):
+            ids = sorted(self.world_ids)
+            lo = -np.inf if worlds.start is None else worlds.start
+            hi = np.inf if worlds.stop is None else worlds.stop
+            chosen = [w for w in ids if lo <= w < hi][:: worlds.step or 1]
+            if not chosen:
+                raise SelectionError(f"no recorded world ID in {worlds}; recorded: {_short(self.world_ids)}")
+            return np.array([self._world_index[w] for w in chosen])
+        ids = np.atleast_1d(np.asarray(worlds))
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise SelectionError(f"worlds must be an int, a list of ints or a slice, got {worlds!r}")
+        return np.array([self.world_index(w) for w in ids.tolist()], dtype=np.int64)
+
+    def _frame_index(self, frames: Any) -> slice | np.ndarray:
+        n = self._n_frames
+        if frames is None:
+            return slice(0, n)
+        if isinstance(frames, slice):
+            start, stop, step = frames.indices(n)
+            if step <= 0:
+                raise SelectionError("frame slices must have a positive step")
+            if frames.start is not None and not -n <= frames.start <= n:
+                raise SelectionError(f"frame range {frames} starts outside the {n} committed frames")
+            if frames.stop is not None and frames.stop > n:
+                raise SelectionError(f"frame range {frames} ends past the {n} committed frames")
+            return slice(start, stop, step) if step != 1 else slice(start, stop)
+        idx = np.atleast_1d(np.asarray(frames))
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise SelectionError(f"frames must be an int, a slice or an array of ints, got {frames!r}")
+        idx = idx.astype(np.int64)
+        bad = idx[(idx < -n) | (idx >= n)]
+        if bad.size:
+            raise SelectionError(f"frame {int(bad[0])} is out of range: the archive has {n} committed frames")
+        return np.where(idx < 0, idx + n, idx)
+
+    def _read(self, name: str, frames: slice | np.ndarray, worlds: np.ndarray | None) -> np.ndarray:
+        self._check_open()
+        arr = self._arrays[name]
+        try:
+            if worlds is None:
+                return np.asarray(arr.oindex[frames] if isinstance(frames, np.ndarray) else arr[frames])
+            w_sel: Any = worlds
+            if worlds.size and np.array_equal(worlds, np.arange(worlds[0], worlds[0] + worlds.size)):
+                w_sel = slice(int(worlds[0]), int(worlds[0]) + worlds.size)
+            return np.asarray(arr.oindex[frames, w_sel])
+        except MjArchiveError:
+            raise
+        except Exception as exc:
+            raise FormatError(f"reading {name!r} failed; the archive may be corrupt: {exc!r}") from exc
+
+    # -- episodes and verification ------------------------------------------------------------------
+    def episodes(self, world_id: int) -> list[range]:
+        """Frame ranges of the episodes of one world, split at its reset markers (frame 0 starts one)."""
+        w = self.world_index(world_id)
+        reset = self._read("reset", slice(0, self._n_frames), np.array([w]))[:, 0]
+        starts = sorted({0, *np.nonzero(reset)[0].tolist()}) if self._n_frames else []
+        return [range(s, e) for s, e in zip(starts, starts[1:] + [self._n_frames])]
+
+    def verify(self) -> VerifyReport:
+        """Check metadata, bundle hashes, every committed chunk, finiteness and time order."""
+        from ._verify import verify_archive
+
+        return verify_archive(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this Archive is closed; open it again with mjarchive.open()")
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<mjarchive.Archive {self.location!s} format={self.format_version} worlds={self.n_worlds} "
+                f"frames={self.n_frames} nq={self.nq} {self.status}>")
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """Outcome of `Archive.verify()`: `ok` is True when `problems` is empty."""
+
+    problems: list[str]
+    checked: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        lines = [f"OK   {c}" for c in self.checked] + [f"FAIL {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class Selection:
+    """A lazy (frames × worlds) window of an archive; each attribute reads only what it needs.
+
+    Arrays come back in (frame, world, ...) order, worlds in the order they were selected.
+    """
+
+    def __init__(self, archive: Archive, worlds: np.ndarray, frames: slice | np.ndarray):
+        self.archive = archive
+        self._worlds = worlds
+        self._frames = frames
+
+    @property
+    def world_ids(self) -> tuple[int, ...]:
+        return tuple(self.archive.world_ids[i] for i in self._worlds)
+
+    @property
+    def frame_indices(self) -> np.ndarray:
+        if isinstance(self._frames, slice):
+            return np.arange(self._frames.start, self._frames.stop, self._frames.step or 1)
+        return self._frames
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.frame_indices), len(self._worlds))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name.startswith("_") or name not in self.archive._arrays:
+            raise AttributeError(name)
+        if name == "time":
+            return self.archive._read("time", self._frames, None)
+        return self.archive._read(name, self._frames, self._worlds)
+
+    def track(self, name: str) -> np.ndarray:
+        if name not in self.archive.tracks:
+            raise SelectionError(f"no track {name!r}; this archive has {sorted(self.archive.tracks)}")
+        return self.archive._read(name, self._frames, self._worlds)
+
+    def __repr__(self) -> str:
+        return f"<Selection frames={self.shape[0]} worlds={list(self.world_ids)[:8]}>"
+
+
+def _get_array(root: zarr.Group, name: str) -> Any:
+    try:
+        node = root[name]
+    except KeyError:
+        raise FormatError(f"the archive is missing its {name!r} array") from None
+    except Exception as exc:
+        raise FormatError(f"the metadata of array {name!r} is unreadable: {exc}") from None
+    if not isinstance(node, zarr.Array):
+        raise FormatError(f"{name!r} should be an array")
+    return node
+
+
+def _short(ids: Any) -> str:
+    ids = list(ids)
+    return str(ids) if len(ids) <= 12 else f"[{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))}] ({len(ids)} worlds)"
+
+
+def open(location: Any, mode: str = "r", *, storage_options: dict | None = None, **writer_options: Any):
+    """Open an archive: mode 'r' → Archive (read-only), mode 'a' → ArchiveWriter that resumes appending."""
+    if mode == "r":
+        if writer_options:
+            raise MjArchiveError(f"unexpected options for reading: {sorted(writer_options)}")
+        return Archive(location, storage_options=storage_options)
+    if mode == "a":
+        from ._writer import open_writer
+
+        return open_writer(location, storage_options=storage_options, **writer_options)
+    raise MjArchiveError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
+

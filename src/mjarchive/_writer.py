@@ -1,0 +1,433 @@
+"""The crash-safe appending writer: chunks first, then one atomic commit of the frame count."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import threading
+from collections import deque
+from typing import Any
+
+import mujoco
+import numpy as np
+import zarr
+import zarr.codecs
+
+from ._bundle import ModelBundle
+from ._errors import AppendError, ArchiveExistsError, ClosedError, FormatError, MjArchiveError
+from ._format import BUNDLE_GROUP, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
+from ._manifest import Manifest, TrackSpec
+from ._store import local_path, make_store, open_root, remove_partial_files
+
+__all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
+
+#: Chosen by benchmarks/bench_format.py: see benchmarks/README.md.
+DEFAULT_CHUNK_FRAMES = 256
+DEFAULT_SHARD_WORLDS = 256
+DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mjarchive")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def as_bundle(model: Any) -> ModelBundle:
+    """Accept a ModelBundle, an MJCF path or an MjSpec."""
+    if isinstance(model, ModelBundle):
+        return model
+    if isinstance(model, mujoco.MjSpec):
+        return ModelBundle.from_spec(model)
+    if isinstance(model, (str, os.PathLike)):
+        return ModelBundle.from_file(model)
+    if isinstance(model, mujoco.MjModel):
+        raise MjArchiveError(
+            "an MjModel cannot be bundled (it no longer knows its XML and files); pass the MJCF path, "
+            "the MjSpec or a ModelBundle instead"
+        )
+    raise MjArchiveError(f"cannot build a model bundle from {type(model).__name__}")
+
+
+class _Arrays:
+    """The Zarr arrays of one archive and the per-frame shape of each."""
+
+    def __init__(self, root: zarr.Group, manifest: Manifest):
+        self.root = root
+        self.names = ["time", "qpos", "reset"]
+        if manifest.layout.nmocap:
+            self.names += ["mocap_pos", "mocap_quat"]
+        self.names += list(manifest.tracks)
+        self.arrays = {name: root[name] for name in self.names}
+
+    def capacity(self) -> int:
+        return min(a.shape[0] for a in self.arrays.values())
+
+    def resize(self, n: int) -> None:
+        for a in self.arrays.values():
+            if a.shape[0] != n:
+                a.resize((n, *a.shape[1:]))
+
+
+class ArchiveWriter:
+    """Appends frames to an archive from one thread; compression and I/O run on a background thread.
+
+    Use as a context manager, or call `close()`. Frames become visible to readers (and survive a
+    crash) when committed: each time a chunk of `chunk_frames` frames fills up, on `flush()` and on
+    `close()`.
+    """
+
+    def __init__(self, root: zarr.Group, manifest: Manifest, n_frames: int, *, location: Any,
+                 check_finite: bool = True, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES):
+        self.location = location
+        self.manifest = manifest
+        self.check_finite = check_finite
+        self._root = root
+        self._arrays = _Arrays(root, manifest)
+        self._n_appended = n_frames
+        self._n_committed = n_frames
+        self._last_time = -math.inf
+        self._closed = False
+        self._error: BaseException | None = None
+        self._pending: deque = deque()
+        self._pending_bytes = 0
+        self._max_pending_bytes = max_pending_bytes
+        self._cond = threading.Condition()
+        self._flush_requested = 0
+        self._flush_done = 0
+        W = len(manifest.world_ids)
+        nq, nm = manifest.layout.nq, manifest.layout.nmocap
+        self._frame_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+            "time": ((), np.dtype("float64")),
+            "qpos": ((W, nq), np.dtype(manifest.dtype)),
+            "reset": ((W,), np.dtype(bool)),
+        }
+        if nm:
+            self._frame_shapes["mocap_pos"] = ((W, nm, 3), np.dtype(manifest.dtype))
+            self._frame_shapes["mocap_quat"] = ((W, nm, 4), np.dtype(manifest.dtype))
+        for name, t in manifest.tracks.items():
+            self._frame_shapes[name] = ((W, *t.shape), np.dtype(t.dtype))
+        # The chunk being filled: committed frames of a partial last chunk are reloaded on resume.
+        cf = manifest.chunk_frames
+        self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+        self._buffer_start = (n_frames // cf) * cf
+        self._buffer_fill = n_frames - self._buffer_start
+        if n_frames:
+            sel = slice(self._buffer_start, n_frames)
+            for name in self._buffer:
+                self._buffer[name][: n_frames - self._buffer_start] = self._arrays.arrays[name][sel]
+            self._last_time = float(self._arrays.arrays["time"][n_frames - 1])
+        self._thread = threading.Thread(target=self._run, name="mjarchive-writer", daemon=True)
+        self._thread.start()
+
+    # -- public API ------------------------------------------------------------------------------
+    @property
+    def n_frames(self) -> int:
+        """Frames appended so far (committed or still in flight)."""
+        return self._n_appended
+
+    @property
+    def n_committed(self) -> int:
+        """Frames durably committed and visible to readers."""
+        return self._n_committed
+
+    @property
+    def world_ids(self) -> tuple[int, ...]:
+        return self.manifest.world_ids
+
+    def append(self, time: Any, qpos: Any, *, mocap_pos: Any = None, mocap_quat: Any = None,
+               reset: Any = None, **tracks: Any) -> None:
+        """Append one frame (`qpos` of shape (W, nq), scalar `time`) or a block ((k, W, nq), (k,)).
+
+        `reset` is a (W,) or (k, W) boolean mask of worlds whose episode starts at that frame.
+        Extra keyword arguments are the tracks declared at creation. Raises AppendError with the
+        offending frame and world on bad input; set `check_finite=False` at creation to allow NaN.
+        """
+        self._check_usable()
+        qpos = np.asarray(qpos)
+        single = qpos.ndim == 2
+        times = np.atleast_1d(np.asarray(time, dtype=np.float64))
+        k = 1 if single else (qpos.shape[0] if qpos.ndim == 3 else -1)
+        if k < 0 or times.shape != (k,):
+            raise AppendError(
+                f"qpos must be (W, nq) with a scalar time or (k, W, nq) with k times; got qpos "
+                f"{qpos.shape} and time {np.shape(time)}"
+            )
+        block: dict[str, np.ndarray] = {"time": times}
+        given = {"qpos": qpos, "mocap_pos": mocap_pos, "mocap_quat": mocap_quat, "reset": reset, **tracks}
+        for name in given:
+            if name not in self._frame_shapes and (given[name] is not None):
+                raise AppendError(
+                    f"unknown track {name!r}; declare it when creating the archive: "
+                    f"mjarchive.create(..., tracks={{{name!r}: shape}}) (declared: {sorted(self.manifest.tracks)})"
+                )
+        for name, (shape, dtype) in self._frame_shapes.items():
+            if name == "time":
+                continue
+            value = given.get(name)
+            if value is None:
+                if name in ("qpos",) or name in self.manifest.tracks or name.startswith("mocap"):
+                    raise AppendError(f"append() needs {name!r} for every frame (shape {shape})")
+                value = np.zeros((k, *shape), bool)
+            elif single:
+                value = np.asarray(value)[None]
+            value = np.asarray(value)
+            if value.shape != (k, *shape):
+                raise AppendError(f"{name} has shape {value.shape[1:] if single else value.shape}, "
+                                  f"expected {shape if single else (k, *shape)}")
+            if dtype.kind == "f" and value.dtype.kind not in "fiu":
+                raise AppendError(f"{name} must be numeric, got dtype {value.dtype}")
+            if self.check_finite and value.dtype.kind == "f" and not np.isfinite(value).all():
+                f, w = np.argwhere(~np.isfinite(value.reshape(k, value.shape[1], -1)))[0][:2]
+                raise AppendError(
+                    f"{name} is not finite at frame {self._n_appended + int(f)}, world "
+                    f"{self.manifest.world_ids[int(w)]}; pass check_finite=False to mjarchive.create() to allow it"
+                )
+            block[name] = self._to_storage(name, value, dtype)
+        self._check_times(times)
+        nbytes = sum(v.nbytes for v in block.values())
+        with self._cond:
+            while self._pending_bytes and self._pending_bytes + nbytes > self._max_pending_bytes and not self._error:
+                self._cond.wait()
+            self._raise_background_error()
+            self._pending.append(block)
+            self._pending_bytes += nbytes
+            self._n_appended += k
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Block until every appended frame is written and committed."""
+        self._check_usable()
+        with self._cond:
+            self._flush_requested += 1
+            ticket = self._flush_requested
+            self._cond.notify_all()
+            while self._flush_done < ticket and not self._error:
+                self._cond.wait()
+            self._raise_background_error()
+
+    def close(self) -> None:
+        """Commit everything, trim arrays to the committed length and mark the archive finalized."""
+        if self._closed:
+            return
+        try:
+            if not self._error:
+                self.flush()
+        finally:
+            self._closed = True
+            with self._cond:
+                self._cond.notify_all()
+            self._thread.join()
+        if self._error is None:
+            self._arrays.resize(self._n_committed)
+            self._commit(self._n_committed, "finalized")
+        else:
+            raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<ArchiveWriter {self.location!s} worlds={len(self.world_ids)} frames={self._n_appended} {state}>"
+
+    # -- caller-side helpers -----------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ClosedError("this ArchiveWriter is closed; reopen with mjarchive.open(path, mode='a')")
+        with self._cond:
+            self._raise_background_error()
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
+
+    def _check_times(self, times: np.ndarray) -> None:
+        if not np.isfinite(times).all():
+            raise AppendError(f"time must be finite, got {times}")
+        previous = np.concatenate([[self._last_time], times])
+        bad = np.nonzero(np.diff(previous) <= 0)[0]
+        if bad.size:
+            i = int(bad[0])
+            raise AppendError(
+                f"time must strictly increase: frame {self._n_appended + i} has time {times[i]!r} after "
+                f"{previous[i]!r}"
+            )
+        self._last_time = float(times[-1])
+
+    def _to_storage(self, name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        abs_error = self.manifest.abs_error
+        if abs_error is not None and name in ("qpos", "mocap_pos", "mocap_quat"):
+            rounded, bound = quantize(value.astype(np.float64), abs_error)
+            stored = rounded.astype(dtype)
+            if np.abs(stored - value).max(initial=0.0) > abs_error:
+                raise AppendError(
+                    f"{name} values too large for precision abs_error={abs_error} in {dtype}; use a larger "
+                    "precision or dtype='float64'"
+                )
+            return stored
+        return np.array(value, dtype=dtype, copy=True)
+
+    # -- background thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        cf = self.manifest.chunk_frames
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and self._flush_done == self._flush_requested and not self._closed:
+                        self._cond.wait()
+                    if not self._pending and self._flush_done == self._flush_requested and self._closed:
+                        return
+                    block = self._pending.popleft() if self._pending else None
+                    flush_ticket = self._flush_requested if block is None else None
+                if block is not None:
+                    k = block["time"].shape[0]
+                    done = 0
+                    while done < k:
+                        fill = self._buffer_fill
+                        take = min(k - done, cf - fill)
+                        for name, buf in self._buffer.items():
+                            buf[fill:fill + take] = block[name][done:done + take]
+                        done += take
+                        self._buffer_fill += take
+                        if self._buffer_fill == cf:
+                            self._write_buffer(cf)
+                            self._buffer_start += cf
+                            self._buffer_fill = 0
+                    with self._cond:
+                        self._pending_bytes -= sum(v.nbytes for v in block.values())
+                        self._cond.notify_all()
+                else:
+                    if self._buffer_fill:
+                        self._write_buffer(self._buffer_fill)
+                    with self._cond:
+                        self._flush_done = flush_ticket
+                        self._cond.notify_all()
+        except BaseException as exc:  # surfaced on the caller's next call
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def _write_buffer(self, n: int) -> None:
+        """Write buffer rows [0, n) at the buffer's start, then commit."""
+        start, stop = self._buffer_start, self._buffer_start + n
+        if self._arrays.capacity() < stop:
+            grow = self.manifest.chunk_frames * 16
+            self._arrays.resize(((stop + grow - 1) // grow) * grow)
+        for name, arr in self._arrays.arrays.items():
+            arr[start:stop] = self._buffer[name][:n]
+        if stop > self._n_committed:
+            self._commit(stop, "live")
+
+    def _commit(self, n_frames: int, status: str) -> None:
+        """The commit record: one atomic write of the root attributes that readers trust."""
+        self._root.attrs.put({ROOT_ATTR: self.manifest.to_dict(n_frames, status)})
+        self._n_committed = n_frames
+
+
+def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | None = None,
+           timestep: float | None = None, output_fps: float | None = 30.0, playback_speed: float = 1.0,
+           dtype: str = "float32", precision: float | None = None, tracks: dict | None = None,
+           chunk_frames: int = DEFAULT_CHUNK_FRAMES, shard_worlds: int = DEFAULT_SHARD_WORLDS,
+           overwrite: bool = False, check_finite: bool = True, backend: str = "unknown",
+           storage_options: dict | None = None, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> ArchiveWriter:
+    """Create a new archive and return its writer.
+
+    `model` is a ModelBundle, an MJCF path or an MjSpec. `world_ids` are the original IDs of the
+    recorded worlds (default `range(n_worlds)`). `dtype` is the stored float type of qpos and mocap
+    ("float32" or "float64" for exact replay); `precision` (absolute error, opt-in) quantizes them
+    for better compression. `tracks` declares optional per-(frame, world) arrays, e.g.
+    `{"qvel": (nv,), "reward": (), "ctrl": ((nu,), "float32")}`.
+    """
+    bundle = as_bundle(model)
+    if world_ids is None:
+        if n_worlds is None:
+            raise MjArchiveError("pass world_ids=[...] (original world IDs) or n_worlds=N")
+        world_ids = range(n_worlds)
+    world_ids = tuple(int(w) for w in np.asarray(list(world_ids)).ravel())
+    if not world_ids or len(world_ids) > MAX_WORLDS or len(set(world_ids)) != len(world_ids) or min(world_ids) < 0:
+        raise MjArchiveError("world_ids must be 1 or more distinct non-negative integers")
+    if dtype not in STORAGE_DTYPES:
+        raise MjArchiveError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
+    if precision is not None and not precision > 0:
+        raise MjArchiveError("precision is an absolute error bound and must be > 0 (or None for lossless)")
+    if output_fps is not None and not output_fps > 0 or not playback_speed > 0:
+        raise MjArchiveError("output_fps and playback_speed must be > 0")
+    if not 1 <= chunk_frames <= 65536 or not 1 <= shard_worlds:
+        raise MjArchiveError("chunk_frames must be in [1, 65536] and shard_worlds >= 1")
+    track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
+    mj_model = bundle.compile()
+    layout = bundle.layout
+    store_path = local_path(location)
+    if store_path is not None and store_path.exists():
+        if not overwrite:
+            raise ArchiveExistsError(
+                f"{str(store_path)!r} already exists; pass overwrite=True to replace it, or append to it "
+                "with mjarchive.open(path, mode='a')"
+            )
+    store = make_store(location, read_only=False, storage_options=storage_options)
+    root = zarr.open_group(store=store, mode="w" if overwrite or store_path is None else "w-")
+    W = len(world_ids)
+    shard_worlds = min(shard_worlds, W)
+    manifest = Manifest(
+        world_ids=world_ids, layout=layout, model_sha256=bundle.sha256,
+        timestep=float(timestep if timestep is not None else mj_model.opt.timestep),
+        output_fps=None if output_fps is None else float(output_fps), playback_speed=float(playback_speed),
+        dtype=dtype, abs_error=None if precision is None else quantize(np.zeros(1), precision)[1],
+        chunk_frames=chunk_frames, chunk_worlds=1, shard_worlds=shard_worlds, tracks=track_specs,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        producer={"name": "mjarchive", "version": _version(), "backend": backend},
+        mujoco_version=mujoco.__version__,
+    )
+    bundle.to_zarr(root)
+    wid = root.create_array("world_id", shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
+                            compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
+    wid[:] = np.asarray(world_ids, dtype=np.int64)
+    root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
+                      compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)
+    per_frame = {"qpos": ((layout.nq,), ("q",), dtype), "reset": ((), (), "bool")}
+    if layout.nmocap:
+        per_frame["mocap_pos"] = ((layout.nmocap, 3), ("mocap", "xyz"), dtype)
+        per_frame["mocap_quat"] = ((layout.nmocap, 4), ("mocap", "wxyz"), dtype)
+    for name, t in track_specs.items():
+        per_frame[name] = (t.shape, tuple(f"{name}_{i}" for i in range(len(t.shape))), t.dtype)
+    for name, (tail, dims, dt) in per_frame.items():
+        _create_frame_world_array(root, name, W, tail, dims, dt, chunk_frames, shard_worlds)
+    root.attrs.put({ROOT_ATTR: manifest.to_dict(0, "live")})
+    return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
+                         max_pending_bytes=max_pending_bytes)
+
+
+def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:
+    """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
+    itemsize = np.dtype(dtype).itemsize
+    compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle" if itemsize > 1 else "noshuffle",
+                                        typesize=itemsize)
+    root.create_array(
+        name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail), shards=(chunk_frames, shard_worlds, *tail),
+        dtype=dtype, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0,
+    )
+
+
+def open_writer(location: Any, *, storage_options: dict | None = None, check_finite: bool = True,
+                max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> ArchiveWriter:
+    """Reopen an archive to append after its last committed frame (used by `open(mode="a")`)."""
+    from ._reader import read_manifest
+
+    remove_partial_files(location)
+    root = open_root(location, mode="a", storage_options=storage_options)
+    manifest, n_frames, _status = read_manifest(root)
+    arrays = _Arrays(root, manifest)
+    if arrays.capacity() < n_frames:
+        raise FormatError(f"committed frame count {n_frames} exceeds the stored arrays ({arrays.capacity()})")
+    if BUNDLE_GROUP not in root:
+        raise FormatError("the archive has no model bundle")
+    return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
+                         max_pending_bytes=max_pending_bytes)

@@ -1,0 +1,47 @@
+"""Shared fixtures: real MuJoCo models shipped inside the installed mujoco_warp package."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def _test_data() -> Path:
+    root = importlib.resources.files("mujoco_warp") / "test_data"
+    path = Path(str(root))
+    if not path.is_dir():
+        pytest.skip("mujoco_warp test data not installed (pip install 'mjarchive[test]')")
+    return path
+
+
+@pytest.fixture(scope="session")
+def test_data() -> Path:
+    return _test_data()
+
+
+@pytest.fixture(scope="session")
+def humanoid_xml(test_data) -> Path:
+    """28-dof humanoid with a free joint and trackcom cameras."""
+    return test_data / "humanoid" / "humanoid.xml"
+
+
+@pytest.fixture(scope="session")
+def aloha_xml(test_data) -> Path:
+    """Two ALOHA arms and a pot: ~150 STL/OBJ meshes in the model directory."""
+    return test_data / "aloha_pot" / "scene.xml"
+
+
+@pytest.fixture(scope="session")
+def mug_xml(test_data) -> Path:
+    """A mug: one OBJ mesh and one PNG texture."""
+    return test_data / "mug" / "mug.xml"
+
+
+@pytest.fixture(params=["humanoid", "aloha", "mug"])
+def real_model_xml(request, humanoid_xml, aloha_xml, mug_xml) -> Path:
+    return {"humanoid": humanoid_xml, "aloha": aloha_xml, "mug": mug_xml}[request.param]
