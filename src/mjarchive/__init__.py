@@ -26,6 +26,24 @@ from ._writer import ArchiveWriter, create
 
 __version__ = "0.1.0"
 
+# Heavier parts (recorders, replay, video, Warp) load on first use, so `import mjarchive` stays
+# light and CPU-only code never imports Warp.
+_LAZY = {
+    "Recorder": "._recorder",
+    "render": "._replay",
+    "iter_frames": "._replay",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mjarchive' has no attribute {name!r}")
+
 __all__ = [
     "FORMAT_VERSION",
     "AppendError",
@@ -43,11 +61,14 @@ __all__ = [
     "MjArchiveError",
     "ModelBundle",
     "QposLayout",
+    "Recorder",
     "Selection",
     "SelectionError",
     "TrackSpec",
     "UnsafeBundleError",
     "VerifyReport",
     "create",
+    "iter_frames",
     "open",
+    "render",
 ]
