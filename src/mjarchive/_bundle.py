@@ -95,12 +95,6 @@ class QposLayout:
         """Raise LayoutMismatchError naming the first difference between this layout and `model`'s."""
         other = model if isinstance(model, QposLayout) else QposLayout.from_model(model)
         hint = "replay needs the model the archive was recorded with (use archive.model() or its bundle)"
-        for field in ("nq", "nv", "nmocap"):
-            if getattr(self, field) != getattr(other, field):
-                raise LayoutMismatchError(
-                    f"model has {field}={getattr(other, field)} but the archive was recorded with "
-                    f"{field}={getattr(self, field)}; {hint}"
-                )
         for i, (mine, theirs) in enumerate(zip(self.joints, other.joints)):
             if mine != theirs:
                 raise LayoutMismatchError(
@@ -115,6 +109,13 @@ class QposLayout:
                 f"joint count differs ({len(self.joints)} in archive, {len(other.joints)} in model); "
                 f"first extra joint {extra!r} is in the {where}; {hint}"
             )
+        # Joints first, so an added or renamed joint is named rather than reported as an nq change.
+        for field in ("nq", "nv", "nmocap"):
+            if getattr(self, field) != getattr(other, field):
+                raise LayoutMismatchError(
+                    f"model has {field}={getattr(other, field)} but the archive was recorded with "
+                    f"{field}={getattr(self, field)}; {hint}"
+                )
         if self.mocap_bodies != other.mocap_bodies:
             raise LayoutMismatchError(
                 f"mocap bodies differ: archive {list(self.mocap_bodies)}, model {list(other.mocap_bodies)}; {hint}"
@@ -195,7 +196,7 @@ class ModelBundle:
             spec = mujoco.MjSpec.from_file(str(path))
         except Exception as exc:  # MuJoCo raises plain ValueError/Exception with its parser message
             raise BundleError(f"MuJoCo could not parse {str(path)!r}: {exc}") from None
-        return cls._from_parsed_spec(spec, str(path.resolve().parent) + os.sep)
+        return cls._from_parsed_spec(spec, str(path.resolve().parent) + os.sep, source=path.read_bytes())
 
     @classmethod
     def from_spec(cls, spec: mujoco.MjSpec) -> ModelBundle:
@@ -209,10 +210,10 @@ class ModelBundle:
             spec = mujoco.MjSpec.from_string(xml, assets=dict(assets or {}))
         except Exception as exc:
             raise BundleError(f"MuJoCo could not parse the XML: {exc}") from None
-        return cls._from_parsed_spec(spec, "")
+        return cls._from_parsed_spec(spec, "", source=xml.encode() if isinstance(xml, str) else bytes(xml))
 
     @classmethod
-    def _from_parsed_spec(cls, spec: mujoco.MjSpec, base_dir: str | None) -> ModelBundle:
+    def _from_parsed_spec(cls, spec: mujoco.MjSpec, base_dir: str | None, source: bytes | None = None) -> ModelBundle:
         collector = _Collector(spec, base_dir)
         meshdir, texdir = spec.meshdir, spec.texturedir
         for element in [*spec.meshes, *spec.hfields, *spec.skins]:
@@ -231,6 +232,17 @@ class ModelBundle:
             xml = spec.to_xml()
         except Exception as exc:
             raise BundleError(f"MuJoCo could not compile the model while bundling it: {exc}") from None
+        if source is not None:
+            # MjSpec.to_xml() prints 6 significant digits and converts degrees, so a model bundled
+            # that way differs from the original (joint ranges, fromto geoms). Prefer the author's
+            # own XML text, flattened, when it compiles from the bundle's bytes alone.
+            try:
+                text = _flatten_source(source, collector, meshdir, texdir)
+                check_xml_references(text, collector.assets)
+                mujoco.MjModel.from_xml_string(text, dict(collector.assets))
+                xml = text
+            except Exception:  # fall back to MuJoCo's own (lower-precision) XML writer
+                pass
         return cls(xml, collector.assets)
 
     # -- use ------------------------------------------------------------------------------------
@@ -359,6 +371,40 @@ def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
     if _sha256(data) != entry.get("sha256"):
         raise UnsafeBundleError(f"model bundle member {key!r} fails its sha256 check; the archive was modified")
     return data
+
+
+_FILE_TAGS = {"mesh": "mesh", "hfield": "mesh", "skin": "mesh", "texture": "texture"}
+_MAX_INCLUDES = 1000
+
+
+def _flatten_source(source: bytes, collector: _Collector, meshdir: str, texdir: str) -> str:
+    """The model's XML text with <include> inlined, files renamed to bundle members, dirs cleared."""
+    root = ET.fromstring(source)
+    for _ in range(_MAX_INCLUDES):
+        found = next(((p, c) for p in root.iter() for c in p if c.tag == "include"), None)
+        if found is None:
+            break
+        parent, include = found
+        name = include.get("file") or ""
+        memory = collector.memory.get(name)
+        data = bytes(memory) if memory is not None else Path(_resolve(name, "", collector.modeldir)).read_bytes()
+        position = list(parent).index(include)
+        parent.remove(include)
+        for offset, child in enumerate(list(ET.fromstring(data))):
+            parent.insert(position + offset, child)
+    else:
+        raise BundleError("too many nested <include> elements")
+    for element in root.iter():
+        if element.tag == "compiler":
+            for attr in _DIR_ATTRS:
+                element.attrib.pop(attr, None)
+        kind = _FILE_TAGS.get(element.tag if isinstance(element.tag, str) else "")
+        if kind is None:
+            continue
+        for attr, value in list(element.attrib.items()):
+            if attr.startswith("file") and value:
+                element.set(attr, collector.take(value, meshdir if kind == "mesh" else texdir))
+    return ET.tostring(root, encoding="unicode")
 
 
 def check_xml_references(xml: str, assets: Mapping[str, bytes]) -> None:

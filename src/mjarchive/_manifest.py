@@ -150,6 +150,7 @@ class Manifest:
 
 
 _SCHEMA: dict | None = None
+_VALIDATOR = None
 
 
 def root_schema() -> dict:
@@ -163,9 +164,14 @@ def root_schema() -> dict:
 def _validate_schema(d: dict) -> None:
     import jsonschema
 
-    try:
-        jsonschema.validate(d, root_schema())
-    except jsonschema.ValidationError as exc:
+    # Cap list lengths before the schema walks every item (a hostile 2M-entry list takes ~40 s).
+    if isinstance(d.get("world_ids"), list) and len(d["world_ids"]) > MAX_WORLDS:
+        raise FormatError(f"archive declares {len(d['world_ids'])} worlds (limit {MAX_WORLDS})")
+    global _VALIDATOR
+    if _VALIDATOR is None:  # jsonschema.validate() re-checks the schema itself on every call (~0.1 s)
+        _VALIDATOR = jsonschema.validators.validator_for(root_schema())(root_schema())
+    exc = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(d))
+    if exc is not None:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise FormatError(f"archive metadata fails the mjarchive schema at {where}: {exc.message}") from None
     if len(d["world_ids"]) > MAX_WORLDS:

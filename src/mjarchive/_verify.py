@@ -35,6 +35,10 @@ def verify_archive(archive: Archive) -> VerifyReport:
     cf = archive.manifest.chunk_frames
     abs_error = archive.manifest.abs_error
     for name in archive._arrays:
+        missing = _missing_chunks(archive._arrays[name], n)
+        if missing:
+            # A missing chunk reads back as fill values, so decoding alone would not notice it.
+            problems.append(f"{name}: {len(missing)} committed chunk(s) missing from the store, e.g. {missing[0]!r}")
         try:
             bad_finite = 0
             for start in range(0, n, cf):
@@ -58,3 +62,21 @@ def verify_archive(archive: Archive) -> VerifyReport:
         except MjArchiveError as exc:
             problems.append(f"{name}: {exc}")
     return VerifyReport(problems=problems, checked=checked)
+
+
+def _missing_chunks(array, n_frames: int) -> list[str]:
+    """Store keys of the chunks (shards) covering committed frames that do not exist."""
+    import itertools
+
+    from zarr.core.sync import sync
+
+    grid = array.metadata.chunk_grid.chunk_shape
+    counts = [-(-n_frames // grid[0])] + [-(-s // c) for s, c in zip(array.shape[1:], grid[1:])]
+    keys = [f"{array.path}/{array.metadata.encode_chunk_key(coords)}"
+            for coords in itertools.product(*(range(c) for c in counts))]
+    store = array.store_path.store
+
+    async def check() -> list[str]:
+        return [k for k in keys if not await store.exists(k)]
+
+    return sync(check())

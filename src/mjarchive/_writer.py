@@ -15,10 +15,10 @@ import zarr
 import zarr.codecs
 
 from ._bundle import ModelBundle
-from ._errors import AppendError, ArchiveExistsError, ClosedError, FormatError, MjArchiveError
-from ._format import BUNDLE_GROUP, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
+from ._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
+from ._format import BUNDLE_GROUP, FORMAT_VERSION, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
 from ._manifest import Manifest, TrackSpec
-from ._store import local_path, make_store, open_root, remove_partial_files
+from ._store import create_root, open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -62,7 +62,9 @@ class _Arrays:
         if manifest.layout.nmocap:
             self.names += ["mocap_pos", "mocap_quat"]
         self.names += list(manifest.tracks)
-        self.arrays = {name: root[name] for name in self.names}
+        # Write every chunk, even one equal to the fill value, so that a missing chunk always means
+        # damage (verify() checks for them) rather than "all zeros / no resets".
+        self.arrays = {name: root[name].with_config({"write_empty_chunks": True}) for name in self.names}
 
     def capacity(self) -> int:
         return min(a.shape[0] for a in self.arrays.values())
@@ -365,15 +367,8 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
     mj_model = bundle.compile()
     layout = bundle.layout
-    store_path = local_path(location)
-    if store_path is not None and store_path.exists():
-        if not overwrite:
-            raise ArchiveExistsError(
-                f"{str(store_path)!r} already exists; pass overwrite=True to replace it, or append to it "
-                "with mjarchive.open(path, mode='a')"
-            )
-    store = make_store(location, read_only=False, storage_options=storage_options)
-    root = zarr.open_group(store=store, mode="w" if overwrite or store_path is None else "w-")
+    # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
+    root = create_root(location, overwrite=overwrite, storage_options=storage_options)
     W = len(world_ids)
     shard_worlds = min(shard_worlds, W)
     manifest = Manifest(
@@ -424,6 +419,12 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
     remove_partial_files(location)
     root = open_root(location, mode="a", storage_options=storage_options)
     manifest, n_frames, _status = read_manifest(root)
+    if manifest.format_version != FORMAT_VERSION:
+        # Rewriting the root attributes would drop keys a newer minor version added.
+        raise FormatVersionError(
+            f"this archive is format {manifest.format_version}; this mjarchive writes {FORMAT_VERSION} and "
+            "cannot append to it without losing metadata; upgrade mjarchive to append"
+        )
     arrays = _Arrays(root, manifest)
     if arrays.capacity() < n_frames:
         raise FormatError(f"committed frame count {n_frames} exceeds the stored arrays ({arrays.capacity()})")
