@@ -1,4 +1,15 @@
-"""Turning a path or URL into a Zarr store, and store housekeeping."""
+"""Turning a path or URL into a Zarr store, and store housekeeping.
+
+Local paths (and `file://` URLs) use zarr's LocalStore; `memory://NAME` a process-wide
+MemoryStore; every other URL (`s3://`, `gs://`, `az://`, ...) zarr's FsspecStore, configured by
+`storage_options` (passed to the fsspec filesystem, e.g. s3fs's `endpoint_url`, `key`, `secret`).
+
+Why this is safe for the commit protocol on object stores: every store key is written with one
+PUT (s3fs switches to a multipart upload only above 50 MiB, and a multipart object appears only
+when completed), so each chunk and each `zarr.json` is replaced atomically, as on a local disk.
+The writer awaits its chunk PUTs before the PUT of the root `zarr.json` that commits them, and S3
+has read-after-write consistency, so a reader never trusts a frame whose chunks are not there.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +20,30 @@ from typing import Any
 
 import zarr
 import zarr.storage
+from zarr.core.sync import sync
 
-from ._errors import ArchiveNotFoundError, MjArchiveError
+from ._errors import ArchiveExistsError, ArchiveNotFoundError, MjArchiveError
+
+__all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "remove_partial_files"]
 
 _URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 # zarr's LocalStore writes `<key>.<uuid hex>.partial` and renames it into place.
 _PARTIAL_RE = re.compile(r"\.[0-9a-f]{32}\.partial$")
 
+# Defaults for s3fs, overridable through storage_options:
+# - max_concurrency=1: s3fs otherwise sends a HEAD before every whole-object GET (to decide on a
+#   parallel download), doubling metadata round trips for objects that are at most a few MiB.
+# - use_listings_cache=False: a cached listing could hide keys a live writer added since.
+_FSSPEC_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {"max_concurrency": 1, "use_listings_cache": False},
+    "s3a": {"max_concurrency": 1, "use_listings_cache": False},
+}
+
 Location = str | os.PathLike | zarr.storage.StoreLike
 
 
 def is_url(location: Any) -> bool:
+    """True for a non-local URL such as `s3://bucket/run.mjarchive` or `memory://x` (not `file://`)."""
     return isinstance(location, str) and bool(_URL_RE.match(location)) and not location.startswith("file://")
 
 
@@ -29,7 +53,8 @@ def local_path(location: Any) -> Path | None:
         return Path(location)
     if isinstance(location, str):
         if location.startswith("file://"):
-            return Path(location[len("file://"):])
+            path = location[len("file://"):]
+            return Path(path[len("localhost"):] if path.startswith("localhost/") else path)
         if not is_url(location):
             return Path(location)
     if isinstance(location, zarr.storage.LocalStore):
@@ -37,22 +62,39 @@ def local_path(location: Any) -> Path | None:
     return None
 
 
-def make_store(location: Any, *, read_only: bool, storage_options: dict | None = None) -> Any:
-    """A Zarr store for a path, a `file://`/`memory://`/`s3://` URL, or an existing store object."""
+def _describe(location: Any) -> str:
     path = local_path(location)
+    return repr(str(path)) if path is not None else repr(location if isinstance(location, str) else str(location))
+
+
+def make_store(location: Any, *, read_only: bool, storage_options: dict | None = None) -> Any:
+    """A Zarr store for a path, a `file://`/`memory://`/`s3://`... URL, or an existing store object.
+
+    `storage_options` configure the fsspec filesystem of a URL; they are an error for local paths,
+    memory URLs and store objects, which take none.
+    """
+    path = local_path(location)
+    if storage_options and not (is_url(location) and not location.startswith("memory://")):
+        raise MjArchiveError(
+            f"storage_options only apply to fsspec URLs such as 's3://bucket/run.mjarchive'; "
+            f"{_describe(location)} takes none, so drop them"
+        )
     if path is not None and not isinstance(location, zarr.storage.LocalStore):
         return zarr.storage.LocalStore(path, read_only=read_only)
     if isinstance(location, str):
         if location.startswith("memory://"):
             return _memory_store(location, read_only)
+        protocol = location.split("://", 1)[0].lower()
+        options = {**_FSSPEC_DEFAULTS.get(protocol, {}), **(storage_options or {})}
         try:
-            return zarr.storage.FsspecStore.from_url(
-                location, storage_options=storage_options or {}, read_only=read_only
-            )
+            return zarr.storage.FsspecStore.from_url(location, storage_options=options, read_only=read_only)
         except ImportError as exc:
+            extra = "mjarchive[s3]" if protocol in ("s3", "s3a") else f"the fsspec filesystem for {protocol}://"
+            raise MjArchiveError(f"opening {location!r} needs an fsspec filesystem ({exc}); install {extra}") from None
+        except (ValueError, TypeError) as exc:
             raise MjArchiveError(
-                f"opening {location!r} needs an fsspec filesystem: {exc}; install `mjarchive[s3]`"
-            ) from None
+                f"cannot open {location!r} through fsspec: {exc}; check the URL scheme and storage_options"
+            ) from exc
     return location
 
 
@@ -66,7 +108,10 @@ def _memory_store(url: str, read_only: bool) -> Any:
 
 
 def remove_partial_files(location: Any) -> int:
-    """Delete zarr's leftover `*.partial` temporaries after a crash; returns how many."""
+    """Delete zarr's leftover `*.partial` temporaries after a crash; returns how many.
+
+    Only local stores have them: object stores replace each key with one atomic PUT.
+    """
     path = local_path(location)
     if path is None or not path.is_dir():
         return 0
@@ -79,6 +124,36 @@ def remove_partial_files(location: Any) -> int:
     return removed
 
 
+def _store_is_empty(store: Any) -> bool:
+    return bool(sync(store.is_empty("")))
+
+
+def create_root(location: Any, *, overwrite: bool, storage_options: dict | None = None) -> zarr.Group:
+    """Create the archive's root group, refusing to replace existing data unless `overwrite`."""
+    path = local_path(location)
+    store = make_store(location, read_only=False, storage_options=storage_options)
+    if path is not None:
+        exists = path.exists()
+    else:
+        try:
+            exists = not _store_is_empty(store)
+        except (FileNotFoundError, NotADirectoryError):
+            exists = False  # an empty prefix; a missing bucket fails below with a clear message
+        except Exception as exc:
+            raise _remote_error(location, exc) from exc
+    if exists and not overwrite:
+        hint = "mjarchive.open(path, mode='a')" if path is not None else "mjarchive.open(url, mode='a', storage_options=...)"
+        raise ArchiveExistsError(
+            f"{_describe(location)} already exists; pass overwrite=True to replace it, or append to it with {hint}"
+        )
+    if path is not None:
+        return zarr.open_group(store=store, mode="w" if overwrite else "w-", zarr_format=3)
+    try:
+        return zarr.open_group(store=store, mode="w", zarr_format=3)  # empty, or overwrite=True
+    except Exception as exc:
+        raise _remote_error(location, exc) from exc
+
+
 def open_root(location: Any, *, mode: str, storage_options: dict | None = None) -> zarr.Group:
     """Open the archive's root group for reading ('r') or appending ('a')."""
     path = local_path(location)
@@ -88,8 +163,35 @@ def open_root(location: Any, *, mode: str, storage_options: dict | None = None) 
         )
     store = make_store(location, read_only=(mode == "r"), storage_options=storage_options)
     try:
-        return zarr.open_group(store=store, mode="r" if mode == "r" else "r+", use_consolidated=False)
+        # zarr_format=3: skip probing for Zarr v2 keys (.zgroup, .zattrs), a round trip each remotely.
+        return zarr.open_group(store=store, mode="r" if mode == "r" else "r+", use_consolidated=False, zarr_format=3)
     except (FileNotFoundError, KeyError) as exc:
-        raise ArchiveNotFoundError(f"no archive at {location!r}: {exc}") from None
+        raise ArchiveNotFoundError(
+            f"no archive at {_describe(location)} ({exc}); check the location"
+            + ("" if path is not None else " and storage_options") + ", or create one with mjarchive.create()"
+        ) from None
     except (ValueError, TypeError) as exc:
-        raise ArchiveNotFoundError(f"{location!r} is not a readable Zarr v3 group: {exc}") from None
+        raise ArchiveNotFoundError(f"{_describe(location)} is not a readable Zarr v3 group: {exc}") from None
+    except Exception as exc:
+        if path is not None:
+            raise
+        raise _remote_error(location, exc) from exc
+
+
+def _remote_error(location: Any, exc: BaseException) -> MjArchiveError:
+    """A clear mjarchive error for a failure talking to an object store."""
+    if isinstance(exc, MjArchiveError):
+        return exc
+    if isinstance(exc, FileNotFoundError):
+        return ArchiveNotFoundError(
+            f"{_describe(location)} is not reachable: {exc}; check that the bucket exists"
+        )
+    if isinstance(exc, PermissionError):
+        return MjArchiveError(
+            f"access to {_describe(location)} was denied ({exc}); check the credentials in storage_options "
+            "(e.g. key/secret) or the environment"
+        )
+    return MjArchiveError(
+        f"cannot reach {_describe(location)}: {type(exc).__name__}: {exc}; check storage_options "
+        "(e.g. endpoint_url) and the network"
+    )

@@ -23,7 +23,7 @@ from ._store import create_root, open_root, remove_partial_files
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
 #: Chosen by benchmarks/bench_format.py: see benchmarks/README.md.
-DEFAULT_CHUNK_FRAMES = 256
+DEFAULT_CHUNK_FRAMES = 512
 DEFAULT_SHARD_WORLDS = 256
 DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
 

@@ -1,0 +1,330 @@
+"""Live recorders: MuJoCo (CPU) and MuJoCo Warp data in, frames at the replay cadence out.
+
+The cadence rule, on the integer step grid (so nothing drifts however long the run):
+
+* The recorder keeps a monotonic step clock ``n``. At the first call ``n = round(t / timestep)``
+  where ``t`` is the batch time (the time of world 0 of the data, or the ``time=`` argument).
+  At each later call with step index ``m = round(t / timestep)``, ``n`` advances by ``m - m_prev``
+  or, when the time went backwards (world 0 was reset), by ``m`` (its steps since the reset).
+* ``r = playback_speed / (output_fps * timestep)`` steps per frame, as an exact fraction
+  (denominator at most 10**6, so e.g. 1/(30 * 0.002) is exactly 50/3).
+* Frame ``k`` is due at step ``n0 + ceil(k * r)`` (``n0``: the clock at the first call, so the
+  first call always records). A call records when its clock has reached the next due step; the
+  next due step is then the first ``n0 + ceil(k * r)`` strictly after the current clock, so a
+  caller that skips several render points gets one frame, never duplicates.
+* The stored time of a frame is ``n * timestep`` (float64).
+
+MuJoCo Warp keeps ``Data.time`` per world in float32 and accumulates it by ``+= timestep``; after
+minutes of simulated time without a reset, that clock itself drifts from ``steps * timestep`` by
+whole steps. The recorder follows the simulator's clock; pass ``record(d, time=steps * timestep)``
+from a host-side step counter for an exact grid (this also avoids the per-call device read).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from ._errors import AppendError, ClosedError, MjArchiveError
+from ._writer import ArchiveWriter, as_bundle, create
+
+__all__ = ["Recorder"]
+
+
+class _Cadence:
+    """Decides, per call, whether a frame is due (see the module docstring for the rule)."""
+
+    def __init__(self, output_fps: float, playback_speed: float, timestep: float):
+        if not output_fps > 0 or not playback_speed > 0 or not timestep > 0:
+            raise MjArchiveError("output_fps, playback_speed and the model timestep must be > 0")
+        self.timestep = float(timestep)
+        ratio = Fraction(playback_speed / (output_fps * timestep)).limit_denominator(10**6)
+        self.steps_per_frame = max(ratio, Fraction(1, 10**6))
+        self._p, self._q = self.steps_per_frame.numerator, self.steps_per_frame.denominator
+        self.clock: int | None = None  # monotonic step count
+        self._n0 = 0
+        self._last_m = 0
+        self._next_k = 0
+
+    def advance(self, t: float) -> bool:
+        """Update the clock from the batch time `t` (seconds); True when a frame is due now."""
+        if not math.isfinite(t):
+            raise AppendError(f"simulation time must be finite, got {t!r}")
+        m = round(t / self.timestep)
+        if self.clock is None:
+            self.clock = self._n0 = m
+        else:
+            self.clock += m - self._last_m if m >= self._last_m else max(m, 0)
+        self._last_m = m
+        rel = self.clock - self._n0
+        p, q = self._p, self._q  # r = p / q, in integers so the per-call check stays cheap
+        if rel < -((-self._next_k * p) // q):  # ceil(k * r)
+            return False
+        # Smallest k with ceil(k * r) > rel, i.e. k * r > rel.
+        self._next_k = (rel * q) // p + 1
+        return True
+
+    @property
+    def time(self) -> float:
+        return self.clock * self.timestep
+
+
+def _is_warp_data(data: Any) -> bool:
+    return type(data).__module__.startswith("mujoco_warp")
+
+
+class Recorder:
+    """Record a running simulation into an archive at the replay cadence.
+
+    `path_or_writer` is a location (a new archive is created on the first `record()` call, when the
+    number of worlds is known, or at once when `n_worlds` is given) or an open `ArchiveWriter`
+    (then `model` may be None, `worlds` are the batch indices feeding the writer's worlds in order,
+    by default its world IDs, and `close()` flushes the writer without closing it). `model` is what
+    `mjarchive.create` accepts. `worlds` are indices into the simulated batch (default: all); they
+    are stored as the archive's world IDs. `tracks` names further Data fields to keep (e.g.
+    `("qvel", "ctrl", "sensordata")`); their per-world shapes come from the model. Further keyword
+    arguments go to `mjarchive.create` (chunk_frames, precision, overwrite, ...).
+
+    Warp options: `block_frames` frames are gathered on the device per ring buffer and handed to the
+    writer together, `ring_buffers` such buffers exist (pinned host memory on CUDA), so host memory
+    for in-flight frames is `ring_buffers * block_frames * len(worlds) * row_bytes`.
+
+    Example::
+
+        with mjarchive.Recorder("run.mjarchive", "humanoid.xml", worlds=[3, 7]) as rec:
+            for _ in range(n_steps):
+                mjw.step(m, d)
+                rec.record(d, reset=done)
+    """
+
+    def __init__(self, path_or_writer: Any, model: Any = None, *, worlds: Any = None, n_worlds: int | None = None,
+                 output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] = (),
+                 dtype: str = "float32", block_frames: int = 16, ring_buffers: int = 3, **create_kwargs: Any):
+        if isinstance(tracks, str):
+            tracks = (tracks,)
+        self._tracks = tuple(tracks)
+        self._worlds_arg = None if worlds is None else _as_indices(worlds)
+        self._block_frames = max(1, int(block_frames))
+        self._ring_buffers = max(2, int(ring_buffers))
+        self._closed = False
+        self._warp: Any = None  # the Warp gatherer, created on the first Warp call
+        self._nworld: int | None = None
+        self._reset_acc: np.ndarray | None = None
+        self.frames_recorded = 0
+        if isinstance(path_or_writer, ArchiveWriter):
+            self._writer: ArchiveWriter | None = path_or_writer
+            self._owns_writer = False
+            man = path_or_writer.manifest
+            self._location = path_or_writer.location
+            missing = [t for t in self._tracks if t not in man.tracks]
+            if missing:
+                raise MjArchiveError(f"tracks {missing} are not declared in the writer's archive "
+                                     f"(it has {sorted(man.tracks)}); create it with tracks={{...}}")
+            if self._worlds_arg is None:
+                self._worlds_arg = np.asarray(man.world_ids, dtype=np.int64)
+            elif len(self._worlds_arg) != len(man.world_ids):
+                raise MjArchiveError(f"worlds={self._worlds_arg.tolist()} names {len(self._worlds_arg)} worlds, but "
+                                     f"the writer's archive has {len(man.world_ids)} ({list(man.world_ids)})")
+            self._nq, self._nmocap = man.layout.nq, man.layout.nmocap
+            self._track_shapes = {t: man.tracks[t].shape for t in self._tracks}
+            self._cadence = _Cadence(man.output_fps or output_fps, man.playback_speed, man.timestep)
+        else:
+            self._writer = None
+            self._owns_writer = True
+            self._backend = create_kwargs.pop("backend", None)
+            self._location = path_or_writer
+            self._bundle = as_bundle(model)
+            mj_model = self._bundle.compile()
+            self._nq, self._nmocap = mj_model.nq, mj_model.nmocap
+            self._track_shapes = _track_shapes(mj_model, self._tracks)
+            timestep = create_kwargs.pop("timestep", None) or mj_model.opt.timestep
+            self._create_kwargs = dict(create_kwargs, output_fps=output_fps, playback_speed=playback_speed,
+                                       dtype=dtype, timestep=timestep)
+            self._cadence = _Cadence(output_fps, playback_speed, timestep)
+            if n_worlds is not None:
+                self._create(int(n_worlds), "unknown")
+
+    # -- public API ------------------------------------------------------------------------------
+    @property
+    def writer(self) -> ArchiveWriter | None:
+        """The archive writer (None until the first `record()` call creates the archive)."""
+        return self._writer
+
+    @property
+    def world_ids(self) -> tuple[int, ...] | None:
+        return None if self._writer is None else self._writer.world_ids
+
+    @property
+    def row_bytes(self) -> int:
+        """Host bytes of one world's state per frame: (nq + 7·nmocap + tracks) × itemsize (float32)."""
+        row = self._nq + 7 * self._nmocap + sum(math.prod(s) for s in self._track_shapes.values())
+        return row * 4
+
+    @property
+    def bytes_copied(self) -> int:
+        """Warp path: state bytes copied device→host so far (0 on the CPU path)."""
+        return 0 if self._warp is None else self._warp.bytes_copied
+
+    def record(self, data: Any, *, reset: Any = None, time: float | None = None) -> bool:
+        """Record a frame if the next render time point is reached; returns whether it recorded.
+
+        `data`: an MjData (one world), a sequence of MjData (one per world), or a mujoco_warp Data
+        (`nworld` worlds). `reset`: boolean mask over all worlds, shape (nworld,), NumPy or Warp;
+        True marks worlds reset since the previous call (masks of calls that record nothing are
+        accumulated). `time`: the batch's simulation time in seconds; default: world 0's
+        `data.time` (on Warp, reading it costs one 4-byte device→host copy per call; pass `time`
+        from a host-side step counter to avoid that synchronization).
+        """
+        if self._closed:
+            raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
+        if _is_warp_data(data):
+            return self._record_warp(data, reset, time)
+        if isinstance(data, mujoco.MjData):
+            batch: Sequence[mujoco.MjData] = (data,)
+        elif isinstance(data, Sequence) and data and all(isinstance(d, mujoco.MjData) for d in data):
+            batch = data
+        else:
+            raise AppendError(f"record() takes an MjData, a non-empty sequence of MjData or a mujoco_warp Data, "
+                              f"got {type(data).__name__}")
+        self._start(len(batch), "mujoco")
+        self._accumulate_reset(reset)
+        t = batch[0].time if time is None else time
+        if not self._cadence.advance(float(t)):
+            return False
+        sel = [batch[int(i)] for i in self._sel]
+        fields: dict[str, Any] = {"qpos": np.stack([d.qpos for d in sel])}
+        if self._nmocap:
+            fields["mocap_pos"] = np.stack([d.mocap_pos for d in sel])
+            fields["mocap_quat"] = np.stack([d.mocap_quat for d in sel])
+        for name, shape in self._track_shapes.items():
+            fields[name] = np.stack([np.reshape(getattr(d, name), shape) for d in sel])
+        reset_sel = self._reset_acc[self._sel]
+        self._reset_acc[:] = False
+        self._writer.append(self._cadence.time, reset=reset_sel, **fields)
+        self.frames_recorded += 1
+        return True
+
+    def flush(self) -> None:
+        """Hand every recorded frame to the writer and commit it."""
+        if self._closed:
+            raise ClosedError("this Recorder is closed")
+        if self._warp is not None:
+            self._warp.drain_all()
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Commit everything; closes the writer only if this recorder created it."""
+        if self._closed:
+            return
+        try:
+            if self._warp is not None:
+                self._warp.drain_all()
+        finally:
+            self._closed = True
+            if self._writer is not None:
+                if self._owns_writer:
+                    self._writer.close()
+                else:
+                    self._writer.flush()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<mjarchive.Recorder {self._location!s} worlds={self.world_ids} frames={self.frames_recorded} {state}>"
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _start(self, nworld: int, backend: str) -> None:
+        """On the first call: fix the batch size, choose worlds, create the archive if needed."""
+        if getattr(self, "_kind", backend) != backend:
+            raise AppendError(f"this Recorder records {self._kind} data; use one Recorder per backend")
+        self._kind = backend
+        if self._nworld is None:
+            if self._writer is None:
+                self._create(nworld, backend)
+            else:
+                self._init_selection(nworld)
+        elif nworld != self._nworld:
+            raise AppendError(f"record() got {nworld} worlds, but earlier calls had {self._nworld}")
+
+    def _init_selection(self, nworld: int) -> None:
+        sel = np.arange(nworld) if self._worlds_arg is None else self._worlds_arg
+        if sel.size and (sel.min() < 0 or sel.max() >= nworld):
+            raise MjArchiveError(f"worlds={sel.tolist()} are out of range for a batch of {nworld} worlds")
+        self._sel = sel
+        self._nworld = nworld
+        self._reset_acc = np.zeros(nworld, bool)
+
+    def _create(self, nworld: int, backend: str) -> None:
+        self._init_selection(nworld)
+        dtype = self._create_kwargs["dtype"]
+        self._writer = create(self._location, self._bundle, world_ids=self._sel.tolist(),
+                              backend=self._backend or backend,
+                              tracks={t: (s, dtype) for t, s in self._track_shapes.items()}, **self._create_kwargs)
+
+    def _accumulate_reset(self, reset: Any) -> None:
+        if reset is None:
+            return
+        mask = np.asarray(reset)
+        if mask.shape != (self._nworld,) or mask.dtype.kind not in "biu":
+            raise AppendError(f"reset must be a boolean mask over all {self._nworld} worlds, shape "
+                              f"({self._nworld},); got shape {mask.shape} dtype {mask.dtype}")
+        self._reset_acc |= mask.astype(bool)
+
+    def _record_warp(self, data: Any, reset: Any, time: float | None) -> bool:
+        self._start(int(data.nworld), "mujoco_warp")
+        if self._warp is None:
+            from ._recorder_warp import WarpGatherer
+
+            self._warp = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
+                                      tracks=self._track_shapes, block_frames=self._block_frames,
+                                      ring_buffers=self._ring_buffers, sink=self._append_block)
+        if reset is not None:
+            if type(reset).__module__.startswith("warp"):
+                self._warp.accumulate_reset(reset)
+            else:
+                self._accumulate_reset(reset)
+        t = self._warp.read_time(data) if time is None else time
+        if not self._cadence.advance(float(t)):
+            return False
+        host_reset = self._reset_acc[self._sel].copy()
+        self._reset_acc[:] = False
+        self._warp.gather(data, self._cadence.time, host_reset)
+        self.frames_recorded += 1
+        return True
+
+    def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
+        self._writer.append(times, reset=reset, **fields)
+
+
+def _as_indices(worlds: Any) -> np.ndarray:
+    sel = np.atleast_1d(np.asarray(worlds))
+    if sel.ndim != 1 or sel.size == 0 or sel.dtype.kind not in "iu" or len(set(sel.tolist())) != sel.size:
+        raise MjArchiveError(f"worlds must be a non-empty list of distinct world indices, got {worlds!r}")
+    return sel.astype(np.int64)
+
+
+def _track_shapes(model: mujoco.MjModel, tracks: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Per-world shape of each named MjData field, e.g. qvel → (nv,), xpos → (nbody, 3)."""
+    data = mujoco.MjData(model)
+    shapes = {}
+    for name in tracks:
+        if name in ("qpos", "mocap_pos", "mocap_quat", "time") or not hasattr(data, name):
+            raise MjArchiveError(f"track {name!r} is not an MjData array field that can be recorded as a track "
+                                 "(qpos and mocap are always recorded); try e.g. 'qvel', 'ctrl', 'act', 'sensordata'")
+        value = getattr(data, name)
+        if not isinstance(value, np.ndarray) or value.size == 0:
+            raise MjArchiveError(f"track {name!r} is empty or not an array for this model (size 0); "
+                                 "drop it from tracks")
+        shapes[name] = tuple(value.shape)
+    return shapes

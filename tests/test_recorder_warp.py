@@ -1,0 +1,188 @@
+"""The MuJoCo Warp recorder on Warp's "cpu" device: selected worlds only, exact bytes, resets, mocap."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+import mjarchive
+
+wp = pytest.importorskip("warp")
+mjw = pytest.importorskip("mujoco_warp")
+
+from test_recorder import expected_steps, mocap_model  # noqa: E402
+
+NWORLD = 8
+
+
+@pytest.fixture(scope="module")
+def humanoid(humanoid_xml):
+    """One device model for the module (Warp kernels compile once, ~30 s uncached)."""
+    wp.config.quiet = True
+    mjm = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    with wp.ScopedDevice("cpu"):
+        m = mjw.put_model(mjm)
+        m.opt.warn_overflow = 0
+    return mjm, m
+
+
+def fresh_data(mjm, nworld=NWORLD):
+    with wp.ScopedDevice("cpu"):
+        return mjw.put_data(mjm, mujoco.MjData(mjm), nworld=nworld)
+
+
+@pytest.mark.parametrize("gather", ["numpy", "kernel"])
+def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gather):
+    """On the "cpu" device the gather is NumPy by default; the Warp kernel path (used on CUDA) too."""
+    import mjarchive._recorder_warp as rw
+
+    monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
+    mjm, m = humanoid
+    d = fresh_data(mjm)
+    rng = np.random.default_rng(0)
+    copies, steps = [], []
+    with wp.ScopedDevice("cpu"):
+        rec = mjarchive.Recorder(tmp_path / "w", humanoid_xml, worlds=[1, 5], tracks=("qvel",),
+                                 block_frames=4, ring_buffers=2, chunk_frames=16)
+        for n in range(240):
+            d.ctrl.assign(rng.uniform(-1, 1, (NWORLD, mjm.nu)).astype(np.float32))
+            if rec.record(d):
+                copies.append((d.qpos.numpy()[[1, 5]], d.qvel.numpy()[[1, 5]]))
+                steps.append(n)
+            mjw.step(m, d)
+        rec.close()
+    assert (rec._warp._numpy_views is not None) == (gather == "numpy")
+    assert steps == expected_steps(30, 1.0, mjm.opt.timestep, 240)
+    # Only the selected worlds' state ever crosses to the host.
+    assert rec.bytes_copied == len(steps) * 2 * (mjm.nq + mjm.nv) * 4
+    with mjarchive.open(tmp_path / "w") as archive:
+        assert archive.world_ids == (1, 5)
+        assert archive.manifest.producer["backend"] == "mujoco_warp"
+        sel = archive.select()
+        assert_array_equal(sel.qpos, np.array([c[0] for c in copies]))
+        assert_array_equal(sel.qvel, np.array([c[1] for c in copies]))
+        assert_array_equal(archive.time, np.array(steps) * mjm.opt.timestep)
+        assert not sel.reset.any()
+        assert not np.array_equal(sel.qpos[-1, 0], sel.qpos[-1, 1])  # different random controls per world
+
+
+def test_reset_masks_round_trip(tmp_path, humanoid, humanoid_xml):
+    mjm, m = humanoid
+    d = fresh_data(mjm)
+    with wp.ScopedDevice("cpu"):
+        with mjarchive.Recorder(tmp_path / "r", humanoid_xml, worlds=[1, 5, 6], block_frames=3) as rec:
+            for n in range(100):
+                reset = None
+                if n == 30:  # a Warp bool mask, as mjw.reset_data takes it
+                    reset = wp.array(np.arange(NWORLD) == 5, dtype=wp.bool)
+                    mjw.reset_data(m, d, reset=reset)
+                elif n in (61, 62):  # two NumPy masks between frames: one marker
+                    reset = np.arange(NWORLD) == 1
+                elif n == 75:  # a Warp int32 mask on an unselected and a selected world
+                    reset = wp.array((np.arange(NWORLD) == 2) | (np.arange(NWORLD) == 6), dtype=wp.int32)
+                rec.record(d, reset=reset)
+                mjw.step(m, d)
+    steps = expected_steps(30, 1.0, mjm.opt.timestep, 100)
+    after = lambda n: next(i for i, s in enumerate(steps) if s >= n)  # noqa: E731
+    with mjarchive.open(tmp_path / "r") as archive:
+        end = archive.n_frames
+        assert archive.episodes(5) == [range(0, after(30)), range(after(30), end)]
+        assert archive.episodes(1) == [range(0, after(61)), range(after(61), end)]
+        assert archive.episodes(6) == [range(0, after(75)), range(after(75), end)]
+        assert int(archive.select().reset.sum()) == 3
+
+
+def test_cpu_and_warp_paths_write_the_same_archive(tmp_path, humanoid, humanoid_xml):
+    mjm, _m = humanoid
+    d = fresh_data(mjm)
+    cpu_batch = [mujoco.MjData(mjm) for _ in range(NWORLD)]
+    kw = dict(worlds=[1, 5], tracks=("qvel", "ctrl"), output_fps=50)
+    with wp.ScopedDevice("cpu"):
+        with mjarchive.Recorder(tmp_path / "warp", humanoid_xml, **kw) as rec_w, \
+                mjarchive.Recorder(tmp_path / "cpu", humanoid_xml, **kw) as rec_c:
+            for n in range(10):  # time advances by hand: no physics needed for this comparison
+                t = n * mjm.opt.timestep
+                d.time.fill_(t)
+                for x in cpu_batch:
+                    x.time = t
+                assert rec_w.record(d) == rec_c.record(cpu_batch)
+    with mjarchive.open(tmp_path / "warp") as a_w, mjarchive.open(tmp_path / "cpu") as a_c:
+        man_w, man_c = a_w.manifest.to_dict(0, "x"), a_c.manifest.to_dict(0, "x")
+        assert man_w.pop("producer")["backend"] == "mujoco_warp"
+        assert man_c.pop("producer")["backend"] == "mujoco"
+        man_w.pop("created"), man_c.pop("created")
+        assert man_w == man_c
+        assert a_w.n_frames == a_c.n_frames == 3
+        for name in ("qpos", "qvel", "ctrl", "reset", "time"):
+            assert_array_equal(getattr(a_w.select(), name), getattr(a_c.select(), name))
+
+
+def test_mocap_from_both_paths(tmp_path):
+    xml = mocap_model(tmp_path)
+    mjm = mujoco.MjModel.from_xml_path(str(xml))
+    with wp.ScopedDevice("cpu"):
+        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=3)
+        cpu = [mujoco.MjData(mjm) for _ in range(3)]
+        rng = np.random.default_rng(2)
+        with mjarchive.Recorder(tmp_path / "mw", xml, worlds=[2, 0], output_fps=250) as rec_w, \
+                mjarchive.Recorder(tmp_path / "mc", xml, worlds=[2, 0], output_fps=250) as rec_c:
+            for n in range(20):
+                pos = rng.normal(size=(3, 1, 3)).astype(np.float32)
+                quat = rng.normal(size=(3, 1, 4)).astype(np.float32)
+                quat /= np.linalg.norm(quat, axis=-1, keepdims=True)
+                d.mocap_pos.assign(pos)
+                d.mocap_quat.assign(quat)
+                d.time.fill_(n * mjm.opt.timestep)
+                for i, x in enumerate(cpu):
+                    x.mocap_pos[:], x.mocap_quat[:], x.time = pos[i], quat[i], n * mjm.opt.timestep
+                rec_w.record(d)
+                rec_c.record(cpu)
+                if n == 0:
+                    first = (pos[[2, 0]], quat[[2, 0]])
+        assert rec_w.bytes_copied == 10 * 2 * (mjm.nq + 7) * 4
+    with mjarchive.open(tmp_path / "mw") as a_w, mjarchive.open(tmp_path / "mc") as a_c:
+        assert a_w.n_frames == a_c.n_frames == 10
+        sw, sc = a_w.select(), a_c.select()
+        assert_array_equal(sw.mocap_pos[0], first[0])
+        assert_array_equal(sw.mocap_quat[0], first[1])
+        assert_array_equal(sw.mocap_pos, sc.mocap_pos)
+        assert_array_equal(sw.mocap_quat, sc.mocap_quat)
+        assert_array_equal(sw.qpos, sc.qpos)
+
+
+def test_warp_errors(tmp_path, humanoid, humanoid_xml):
+    mjm, _m = humanoid
+    d = fresh_data(mjm)
+    with wp.ScopedDevice("cpu"):
+        rec = mjarchive.Recorder(tmp_path / "e", humanoid_xml, worlds=[9])
+        with pytest.raises(mjarchive.MjArchiveError, match="out of range"):
+            rec.record(d)
+        rec = mjarchive.Recorder(tmp_path / "e2", humanoid_xml, worlds=[0])
+        with pytest.raises(mjarchive.AppendError, match="shape"):
+            rec.record(d, reset=wp.zeros(3, dtype=wp.bool))
+        with pytest.raises(mjarchive.AppendError, match="bool or int32"):
+            rec.record(d, reset=wp.zeros(NWORLD, dtype=wp.float32))
+        with pytest.raises(mjarchive.AppendError, match="one Recorder per backend"):
+            rec.record(mujoco.MjData(mjm))
+        rec.close()
+
+
+def test_benchmark_script_runs(tmp_path):
+    """benchmarks/bench_recorder.py still runs and its built-in correctness check passes (no timing)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_recorder.py"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(script), "--nworld", "4", "--selected", "2", "--steps", "12",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert metrics["check.archive_equals_device_copies"] == "True"
+    assert metrics["check.bytes_copied_exact"] == "True"
+    assert float(metrics["host_bytes_vs_readback_all"]) == 0.5
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
