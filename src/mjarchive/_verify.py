@@ -57,8 +57,9 @@ def verify_archive(archive: Archive) -> VerifyReport:
                         problems.append(f"{name} values are not on the declared quantization grid ({abs_error})")
             if bad_finite:
                 problems.append(f"{name}: {bad_finite} non-finite values in committed frames")
-            else:
-                checked.append(f"{name}: every committed chunk decodes" + ("" if name in ("reset",) else ", values finite"))
+            elif not missing:
+                checked.append(f"{name}: every committed chunk present and decodes"
+                               + ("" if name in ("reset",) else ", values finite"))
         except MjArchiveError as exc:
             problems.append(f"{name}: {exc}")
     return VerifyReport(problems=problems, checked=checked)

@@ -1,0 +1,494 @@
+"""The `mjarchive` command line: inspect, verify, export, render and preview archives; run the demo.
+
+Every command is a thin layer over the Python API. Expected failures (an MjArchiveError, bad
+input, a missing file) print one line on stderr and exit non-zero; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._errors import MjArchiveError, SelectionError
+
+__all__ = ["main", "parse_range", "parse_size", "archive_info"]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+#: The keys of `mjarchive info --json` (documented in README.md, "CLI reference").
+INFO_KEYS = (
+    "location", "format_version", "status", "n_frames", "n_worlds", "world_ids", "duration_s",
+    "time_start", "time_end", "n_episodes", "nq", "nv", "nmocap", "output_fps", "playback_speed",
+    "timestep", "dtype", "precision", "chunk_frames", "cameras", "tracks", "model_sha256",
+    "mujoco_version", "model", "created", "producer", "size_bytes", "data_bytes", "raw_bytes",
+    "compression_ratio",
+)
+
+
+# -- argument parsing helpers --------------------------------------------------------------------
+_INT = r"[+-]?\d+"
+_SLICE_RE = re.compile(rf"^\s*({_INT})?\s*:\s*({_INT})?\s*(?::\s*({_INT})?\s*)?$")
+
+
+def parse_range(text: str) -> int | slice | list[int]:
+    """Parse a selection written like Python: `7`, `7,42`, `100:500`, `::10`, `-100:`.
+
+    Returns an int, a list of ints, or a slice. Raises SelectionError with a hint otherwise.
+    """
+    s = str(text).strip()
+    if not s:
+        raise SelectionError("empty range; write e.g. 7, 7,42, 100:500 or ::10")
+    if ":" in s:
+        m = _SLICE_RE.match(s)
+        if not m:
+            raise SelectionError(f"bad range {text!r}; use Python slice syntax START:STOP[:STEP], e.g. 100:500 or ::10")
+        start, stop, step = (None if g is None else int(g) for g in m.groups())
+        if step is not None and step <= 0:
+            raise SelectionError(f"bad range {text!r}: the step must be a positive integer")
+        return slice(start, stop, step)
+    parts = [p.strip() for p in s.split(",")]
+    if not all(re.fullmatch(_INT, p) for p in parts):
+        raise SelectionError(f"bad range {text!r}; use an integer (7), a list (7,42) or a slice (100:500, ::10)")
+    values = [int(p) for p in parts]
+    return values[0] if len(values) == 1 and "," not in s else values
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """Parse `HEIGHTxWIDTH` (pixels), e.g. `480x640` → (480, 640)."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", str(text))
+    if not m or not all(0 < int(v) <= 16384 for v in m.groups()):
+        raise SelectionError(f"bad size {text!r}; write HEIGHTxWIDTH in pixels, e.g. 480x640")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _arg_type(parser_fn):
+    """Wrap a parser so argparse reports its SelectionError message as a usage error."""
+
+    def convert(text: str):
+        try:
+            return parser_fn(text)
+        except SelectionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parser_fn.__name__.replace("parse_", "")
+    return convert
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (plus a pointer to --help)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        if message.endswith("expected one argument"):
+            message += "; a value starting with '-' needs '=', e.g. --frames=-300:"
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# -- info -----------------------------------------------------------------------------------------
+def _store_bytes(archive: Any) -> tuple[int | None, dict[str, int]]:
+    """Total stored bytes, and chunk bytes (metadata excluded) per top-level node, by listing the
+    store's objects."""
+    from zarr.core.sync import sync
+
+    store = archive._root.store
+    path = getattr(archive._root, "path", "") or ""
+    prefix = f"{path}/" if path else ""
+
+    async def walk() -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        async for key in store.list_prefix(prefix):
+            top = key[len(prefix):].split("/", 1)[0]
+            size = await store.getsize(key)
+            sizes[""] = sizes.get("", 0) + size
+            if not key.endswith("zarr.json"):
+                sizes[top] = sizes.get(top, 0) + size
+        return sizes
+
+    try:
+        per_node = sync(walk())
+    except Exception:  # a store that cannot list (e.g. some HTTP stores): sizes are unknown
+        return None, {}
+    return per_node.pop("", 0), per_node
+
+
+def archive_info(archive: Any) -> dict[str, Any]:
+    """Everything `mjarchive info` reports, as a JSON-serializable dict with the keys INFO_KEYS."""
+    import numpy as np
+
+    from ._format import BUNDLE_GROUP
+
+    man = archive.manifest
+    n, W = archive.n_frames, archive.n_worlds
+    time = archive.select(frames=[0, n - 1]).time if n else np.zeros(0)
+    n_episodes = W if n else 0
+    step = max(1, (64 * 2**20) // max(1, W))  # count reset markers in blocks of at most ~64 MiB
+    for start in range(1, n, step):
+        n_episodes += int(archive.select(frames=slice(start, min(n, start + step))).reset.sum())
+    size_total, per_node = _store_bytes(archive)
+    raw = 0
+    for name, arr in archive._arrays.items():
+        per_frame = math.prod(arr.shape[1:]) * arr.dtype.itemsize
+        raw += n * per_frame
+    raw += W * 8  # world_id
+    data_stored = None
+    if size_total is not None:
+        data_stored = sum(v for k, v in per_node.items() if k in archive._arrays or k == "world_id")
+    model: dict[str, Any] = {"sha256": man.model_sha256}
+    try:
+        bundle = archive.bundle
+        mj = archive.model()
+        model.update(nbody=int(mj.nbody), njnt=int(mj.njnt), ngeom=int(mj.ngeom), nmesh=int(mj.nmesh),
+                     ntex=int(mj.ntex), nu=int(mj.nu), n_assets=len(bundle.assets),
+                     bundle_bytes=len(bundle.xml.encode()) + sum(len(a) for a in bundle.assets.values()),
+                     stored_bytes=per_node.get(BUNDLE_GROUP))
+    except MjArchiveError as exc:
+        model["error"] = str(exc)
+    duration = float(time[-1] - time[0]) if n else 0.0
+    info = {
+        "location": str(archive.location),
+        "format_version": archive.format_version,
+        "status": archive.status,
+        "n_frames": n,
+        "n_worlds": W,
+        "world_ids": list(archive.world_ids),
+        "duration_s": duration,
+        "time_start": float(time[0]) if n else None,
+        "time_end": float(time[-1]) if n else None,
+        "n_episodes": n_episodes,
+        "nq": archive.nq,
+        "nv": man.layout.nv,
+        "nmocap": archive.nmocap,
+        "output_fps": archive.output_fps,
+        "playback_speed": archive.playback_speed,
+        "timestep": archive.timestep,
+        "dtype": man.dtype,
+        "precision": man.abs_error,
+        "chunk_frames": man.chunk_frames,
+        "cameras": list(archive.cameras),
+        "tracks": {k: t.to_dict() for k, t in man.tracks.items()},
+        "model_sha256": man.model_sha256,
+        "mujoco_version": man.mujoco_version,
+        "model": model,
+        "created": man.created,
+        "producer": dict(man.producer),
+        "size_bytes": size_total,
+        "data_bytes": data_stored,
+        "raw_bytes": raw,
+        "compression_ratio": (raw / data_stored) if data_stored else None,
+    }
+    assert tuple(info) == INFO_KEYS
+    return info
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _short_ids(ids: Sequence[int]) -> str:
+    ids = list(ids)
+    if ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) > 3:
+        return f"{ids[0]}..{ids[-1]}"
+    return ", ".join(map(str, ids)) if len(ids) <= 12 else f"{', '.join(map(str, ids[:8]))}, … {ids[-1]}"
+
+
+def _format_info(info: dict[str, Any]) -> str:
+    m = info["model"]
+    fps = info["output_fps"]
+    cadence = (f"{fps:g} fps output at {info['playback_speed']:g}× playback "
+               f"(a frame every {info['playback_speed'] / fps:g} s of simulated time)" if fps else "no fixed cadence")
+    tracks = ", ".join(f"{k} {tuple(t['shape'])} {t['dtype']}" for k, t in info["tracks"].items()) or "none"
+    if "error" in m:
+        model = f"UNREADABLE: {m['error']}"
+    else:
+        model = (f"{m['nbody']} bodies, {m['njnt']} joints, {m['ngeom']} geoms, {m['nmesh']} meshes, "
+                 f"{m['ntex']} textures, {m['nu']} actuators; bundle {m['n_assets']} assets, "
+                 f"{_human_bytes(m['bundle_bytes'])}")
+    ratio = info["compression_ratio"]
+    precision = "lossless" if info["precision"] is None else f"quantized to ±{info['precision']:g}"
+    rows = [
+        ("archive", f"{info['location']} ({info['status']})"),
+        ("format", info["format_version"]),
+        ("worlds", f"{info['n_worlds']} (IDs {_short_ids(info['world_ids'])})"),
+        ("frames", f"{info['n_frames']}, simulated time {info['time_start'] or 0:g}..{info['time_end'] or 0:g} s "
+                   f"({info['duration_s']:g} s)"),
+        ("cadence", f"{cadence}; timestep {info['timestep']:g} s"),
+        ("episodes", f"{info['n_episodes']} (split at reset markers)"),
+        ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, stored as {info['dtype']}, {precision}"),
+        ("tracks", tracks),
+        ("cameras", ", ".join(info["cameras"]) or "none (free camera only)"),
+        ("model", model),
+        ("model sha256", info["model_sha256"]),
+        ("MuJoCo", f"{info['mujoco_version']} (recorded with), producer {info['producer'].get('name', '?')} "
+                   f"{info['producer'].get('version', '?')} backend={info['producer'].get('backend', '?')}"),
+        ("size", f"{_human_bytes(info['size_bytes'])} in total; trajectories {_human_bytes(info['data_bytes'])} "
+                 f"stored for {_human_bytes(info['raw_bytes'])} raw"
+                 + (f" (compression {ratio:.2f}×)" if ratio else "")),
+        ("created", info["created"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _open(location: str, storage_options: dict | None = None):
+    from ._reader import open as open_archive
+
+    return open_archive(location, storage_options=storage_options)
+
+
+def _storage_options(args: argparse.Namespace) -> dict | None:
+    raw = getattr(args, "storage_options", None)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise MjArchiveError(f"--storage-options must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise MjArchiveError("--storage-options must be a JSON object, e.g. '{\"anon\": true}'")
+    return value
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    with _open(args.archive, _storage_options(args)) as archive:
+        info = archive_info(archive)
+    print(json.dumps(info, indent=2) if args.json else _format_info(info))
+    return EXIT_OK
+
+
+# -- verify ---------------------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        archive = _open(args.archive, _storage_options(args))
+    except MjArchiveError as exc:
+        print(f"FAIL {args.archive}: cannot be opened: {_one_line(exc)}")
+        print(f"{args.archive}: INVALID (cannot be opened)")
+        print(f"mjarchive verify: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    with archive:
+        report = archive.verify()
+    if not args.quiet:
+        print(report)
+    n = len(report.problems)
+    print(f"{args.archive}: " + ("valid" if report.ok else f"INVALID ({n} problem{'s' if n != 1 else ''})"))
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+# -- export-model -----------------------------------------------------------------------------------
+def cmd_export_model(args: argparse.Namespace) -> int:
+    with _open(args.archive, _storage_options(args)) as archive:
+        bundle = archive.bundle
+        out = Path(args.dir)
+        if out.exists() and any(out.iterdir()) and not args.force:
+            raise MjArchiveError(f"{str(out)!r} is not empty; choose an empty directory or pass --force")
+        xml = bundle.export(out)
+    print(f"wrote {xml} and {len(bundle.assets)} asset file(s); view it with: python -m mujoco.viewer --mjcf={xml}")
+    return EXIT_OK
+
+
+# -- render -----------------------------------------------------------------------------------------
+def cmd_render(args: argparse.Namespace) -> int:
+    import mjarchive
+
+    executor = None
+    # -- distributed rendering (issue #7): --scheduler / --cluster build `executor` here. ----------
+    # -- end of distributed rendering options. ------------------------------------------------------
+    with _open(args.archive, _storage_options(args)) as archive:
+        if archive.select(worlds=args.worlds, frames=args.frames).shape[0] == 0:
+            raise SelectionError(f"no frames selected: the archive has {archive.n_frames} committed frames; "
+                                 "choose a non-empty --frames range (or wait for frames to be committed)")
+        paths = mjarchive.render(
+            archive, args.out, worlds=args.worlds, frames=args.frames, cameras=args.camera, size=args.size,
+            backend=args.backend, workers=args.workers, quality=args.quality, layout=args.layout, fps=args.fps,
+            executor=executor, progress=not args.no_progress, split_episodes=args.split_episodes,
+        )
+    for p in paths:
+        print(p)
+    print(f"wrote {len(paths)} video(s) to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- preview ------------------------------------------------------------------------------------------
+def cmd_preview(args: argparse.Namespace) -> int:
+    from ._preview import contact_sheet
+
+    with _open(args.archive, _storage_options(args)) as archive:
+        out = contact_sheet(archive, args.out, worlds=args.worlds, frames=args.frames, camera=args.camera,
+                            size=args.size, backend=args.backend, quality=args.quality)
+    print(out)
+    return EXIT_OK
+
+
+# -- demo -----------------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    run_demo(args.out, model=args.model, n_worlds=args.worlds, seconds=args.seconds, backend=args.backend,
+             size=args.size, quality=args.quality, workers=args.workers, progress=not args.no_progress)
+    return EXIT_OK
+
+
+# -- parser -----------------------------------------------------------------------------------------------
+def _add_storage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-options", metavar="JSON",
+                   help="fsspec storage options for URLs such as s3://bucket/run.mjarchive, as a JSON object")
+
+
+def _add_selection(p: argparse.ArgumentParser, *, worlds_help: str, frames_help: str) -> None:
+    p.add_argument("--worlds", type=_arg_type(parse_range), metavar="IDS", help=worlds_help)
+    p.add_argument("--frames", type=_arg_type(parse_range), metavar="RANGE", help=frames_help)
+
+
+def _add_render_look(p: argparse.ArgumentParser, *, size_default: tuple[int, int], quality_default: str) -> None:
+    p.add_argument("--size", type=_arg_type(parse_size), default=size_default, metavar="HxW",
+                   help=f"frame size in pixels, height x width (default {size_default[0]}x{size_default[1]})")
+    p.add_argument("--backend", choices=("cpu", "warp"), default="cpu",
+                   help="cpu: mujoco.Renderer in worker processes; warp: MuJoCo Warp's batch renderer (default cpu)")
+    p.add_argument("--quality", choices=("full", "fast"), default=quality_default,
+                   help="full: the model's visual settings; fast: no shadows, reflections, skybox or "
+                        f"multisampling, much faster on software GL (default {quality_default})")
+
+
+_WORLDS_HELP = "original world IDs: a list (7,42), a single ID, or a slice over IDs (0:16); default all"
+_FRAMES_HELP = "frames, Python slice syntax over committed frames (100:500, ::10; last 300: --frames=-300:) or a list; default all"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="mjarchive", formatter_class=raw,
+        description="Record, inspect, verify and render MuJoCo trajectory archives (chunked Zarr v3).",
+        epilog="examples:\n"
+               "  mjarchive demo                                  # simulate, record, render (about 2 min on a CPU)\n"
+               "  mjarchive info run.mjarchive                    # what is in an archive\n"
+               "  mjarchive render run.mjarchive --out videos --worlds 7,42 --frames 100:500\n"
+               "run 'mjarchive COMMAND --help' for the options and an example of each command.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help: str, example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, formatter_class=raw,
+                              epilog=f"example:\n  {example}")
+
+    p = add("demo", "simulate a real model in many worlds, record an archive, render two worlds and a contact sheet",
+            "MUJOCO_GL=egl mjarchive demo demo-out --model aloha --worlds 16 --seconds 8")
+    p.add_argument("out", nargs="?", default="mjarchive-demo", help="output directory (default ./mjarchive-demo)")
+    p.add_argument("--model", choices=("humanoid", "aloha"), default="humanoid",
+                   help="humanoid: random controls, reset when its torso falls below 0.75 m; aloha: scripted arm motions, "
+                        "reset every 4 s (default humanoid)")
+    p.add_argument("--worlds", type=int, default=64, help="number of parallel worlds (default 64)")
+    p.add_argument("--seconds", type=float, default=10.0, help="simulated seconds per world (default 10)")
+    p.add_argument("--workers", type=int, default=None, help="render worker processes (default one per core)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_render_look(p, size_default=(240, 320), quality_default="fast")
+    p.set_defaults(func=cmd_demo)
+
+    p = add("info", "show an archive's worlds, frames, cadence, episodes, tracks, cameras, model and size",
+            "mjarchive info run.mjarchive --json")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("--json", action="store_true", help="print JSON (keys documented in README.md)")
+    _add_storage(p)
+    p.set_defaults(func=cmd_info)
+
+    p = add("verify", "check metadata, model bundle hashes, every committed chunk and time order; "
+                      "exit 0 when valid, 1 otherwise",
+            "mjarchive verify run.mjarchive && echo ok")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
+    _add_storage(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = add("render", "render selected worlds and frames to mp4 videos (exactly mjarchive.render)",
+            "mjarchive render run.mjarchive --out videos --worlds 7,42 --frames 100:500 --camera side "
+            "--size 240x320 --quality fast")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory for the videos")
+    _add_selection(p, worlds_help=_WORLDS_HELP, frames_help=_FRAMES_HELP)
+    p.add_argument("--camera", nargs="+", action="extend", metavar="NAME",
+                   help="named camera(s) of the model (default: all named cameras, or the free camera)")
+    _add_render_look(p, size_default=(480, 640), quality_default="full")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default one per core)")
+    p.add_argument("--layout", choices=("per-world", "grid"), default="per-world",
+                   help="per-world: one file per (world, camera); grid: worlds tiled into one video per camera")
+    p.add_argument("--split-episodes", action="store_true", help="one file per episode (split at reset markers)")
+    p.add_argument("--fps", type=float, default=None, help="video frame rate (default: the archive's output_fps)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # -- distributed rendering options (issue #7) go here: --scheduler tcp://HOST:PORT, --cluster local.
+    _add_storage(p)
+    p.set_defaults(func=cmd_render)
+
+    p = add("preview", "write a labelled contact sheet PNG: frames as columns, worlds as rows",
+            "mjarchive preview run.mjarchive --out sheet.png --worlds 0:4 --frames ::60 --size 120x160")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("--out", required=True, metavar="PNG", help="output PNG file")
+    _add_selection(p, worlds_help="original world IDs, one row each (default: the first 4 worlds)",
+                   frames_help="frames, one column each (default: 6 evenly spaced frames)")
+    p.add_argument("--camera", metavar="NAME", help="named camera (default: the first named camera, or the free camera)")
+    _add_render_look(p, size_default=(120, 160), quality_default="fast")
+    _add_storage(p)
+    p.set_defaults(func=cmd_preview)
+
+    p = add("export-model", "write the bundled model (model.xml and its assets) to a directory",
+            "mjarchive export-model run.mjarchive model/ && python -m mujoco.viewer --mjcf=model/model.xml")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("dir", help="output directory (created; must be empty unless --force)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory")
+    _add_storage(p)
+    p.set_defaults(func=cmd_export_model)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `mjarchive` console script; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    prog = f"mjarchive {args.command}"
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `mjarchive info run.mjarchive | head`: the reader left, stay quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+    except ImportError as exc:
+        if args.debug:
+            raise
+        print(f"{prog}: error: {_one_line(exc)}; install the optional parts with: "
+              "pip install 'mjarchive[all]'", file=sys.stderr)
+        return EXIT_ERROR
+    except (MjArchiveError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug, not bad input: still one line, with a way to see more
+        if args.debug:
+            raise
+        print(f"{prog}: unexpected error: {type(exc).__name__}: {_one_line(exc)} (rerun with "
+              "'mjarchive --debug ...' for the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
