@@ -4,7 +4,15 @@ Record `qpos` (and mocap, optional tracks) of many parallel worlds at the render
 archive that also carries the model; later select worlds and frames and render videos.
 """
 
-from ._bundle import ModelBundle, QposLayout
+import os as _os
+import sys as _sys
+
+# MuJoCo picks its OpenGL platform when first imported. On a headless Linux machine (no display),
+# GLFW cannot work, so default to EGL (GPU or Mesa) unless the user chose otherwise.
+if _sys.platform.startswith("linux") and not (_os.environ.get("DISPLAY") or _os.environ.get("WAYLAND_DISPLAY")):
+    _os.environ.setdefault("MUJOCO_GL", "egl")
+
+from ._bundle import ModelBundle, QposLayout  # noqa: E402
 from ._errors import (
     AppendError,
     ArchiveExistsError,
