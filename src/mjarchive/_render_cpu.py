@@ -1,0 +1,123 @@
+"""CPU replay backend: one MjData and one mujoco.Renderer, position-only kinematics.
+
+Replay never steps physics: set qpos (and mocap), run the position stages the renderer reads
+(kinematics, subtree centres of mass for `trackcom` cameras and lights, tendons/flexes when drawn,
+cameras and lights), then render.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import mujoco
+import numpy as np
+
+from ._errors import BackendError, ClosedError
+
+__all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name"]
+
+QUALITIES = ("full", "fast")
+#: Camera id of MuJoCo's default free camera.
+FREE_CAMERA = -1
+
+
+def _needs_tendon_stage(model: mujoco.MjModel) -> bool:
+    """Spatial tendons are drawn from wrap points computed by mj_tendon."""
+    if not model.ntendon:
+        return False
+    return bool(np.any(model.wrap_type != mujoco.mjtWrap.mjWRAP_JOINT)) if model.nwrap else False
+
+
+def prepare_model(model: mujoco.MjModel, size: tuple[int, int], quality: str) -> mujoco.MjModel:
+    """A private copy whose offscreen buffer fits `size` (H, W) and, for "fast", has no multisampling."""
+    model = copy.copy(model)
+    height, width = size
+    model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), int(width))
+    model.vis.global_.offheight = max(int(model.vis.global_.offheight), int(height))
+    if quality == "fast":
+        model.vis.quality.offsamples = 0
+    return model
+
+
+class CpuRenderer:
+    """Renders archived states of one model at one size and quality.
+
+    `set_state` then `render(camera)`; a fresh renderer and every camera switch render one frame
+    that is discarded, because MuJoCo's first frame after a switch differs from steady state
+    (measured up to 10/255 per pixel) and output must not depend on how work is split.
+    """
+
+    def __init__(self, model: mujoco.MjModel, size: tuple[int, int], quality: str = "full"):
+        if quality not in QUALITIES:
+            raise BackendError(f"quality must be one of {QUALITIES}, got {quality!r}")
+        self.size = (int(size[0]), int(size[1]))
+        self.quality = quality
+        self.model = prepare_model(model, self.size, quality)
+        self.data = mujoco.MjData(self.model)
+        try:
+            self.renderer = mujoco.Renderer(self.model, height=self.size[0], width=self.size[1])
+        except Exception as exc:
+            raise BackendError(
+                f"cannot create a MuJoCo renderer ({exc}); on a headless machine set MUJOCO_GL=egl "
+                "(GPU or Mesa) or MUJOCO_GL=osmesa"
+            ) from None
+        if quality == "fast":
+            flags = self.renderer.scene.flags
+            for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
+                         mujoco.mjtRndFlag.mjRND_SKYBOX):
+                flags[flag] = 0
+        self._tendon = _needs_tendon_stage(self.model)
+        self._last_camera: int | None = None
+        self._closed = False
+
+    def set_state(self, qpos: np.ndarray, mocap_pos: np.ndarray | None = None,
+                  mocap_quat: np.ndarray | None = None) -> None:
+        """Pose the model: qpos (nq,), mocap_pos (nmocap, 3) m, mocap_quat (nmocap, 4) wxyz."""
+        m, d = self.model, self.data
+        d.qpos[:] = qpos
+        if m.nmocap and mocap_pos is not None:
+            d.mocap_pos[:] = mocap_pos
+            d.mocap_quat[:] = mocap_quat
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        if self._tendon:
+            mujoco.mj_tendon(m, d)
+        if m.nflex:
+            mujoco.mj_flex(m, d)
+        mujoco.mj_camlight(m, d)
+
+    def render(self, camera: int = FREE_CAMERA) -> np.ndarray:
+        """RGB of the current state from camera id `camera` (-1: free camera), (H, W, 3) uint8."""
+        if self._closed:
+            raise ClosedError("this renderer is closed")
+        self.renderer.update_scene(self.data, camera=int(camera))
+        if camera != self._last_camera:
+            self.renderer.render()
+            self._last_camera = camera
+            self.renderer.update_scene(self.data, camera=int(camera))
+        return self.renderer.render()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.renderer.close()
+
+    def __enter__(self) -> CpuRenderer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def gl_renderer_name() -> str:
+    """The OpenGL renderer string of the current context ('' when unknown); call after a render."""
+    if os.environ.get("MUJOCO_GL", "").lower() not in ("egl", "osmesa", "glfw", ""):
+        return ""
+    try:
+        from OpenGL import GL
+
+        name = GL.glGetString(GL.GL_RENDERER)
+        return name.decode(errors="replace") if isinstance(name, bytes) else str(name or "")
+    except Exception:
+        return ""

@@ -1,0 +1,515 @@
+"""Replay: plan work units, render them (in-process, in a process pool or on any Executor), and
+stream the pixels in order into mp4 files.
+
+A work unit is plain data (archive location, one world, one camera, frames inside one stored
+chunk, size, quality, backend). `render_unit` is a top-level function, so any
+`concurrent.futures.Executor` can run it; each worker process opens the archive itself, reads only
+its unit's slice and caches model and renderer. The parent keeps at most a window of units in
+flight and consumes results in order, so memory does not grow with video length.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from ._errors import MjArchiveError, SelectionError
+from ._reader import Archive
+from ._render_cpu import FREE_CAMERA, QUALITIES, CpuRenderer, gl_renderer_name
+from ._store import is_url, local_path
+from ._video import GridComposer, VideoWriter, camera_label, video_name
+
+__all__ = ["render", "iter_frames", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
+
+LAYOUTS = ("per-world", "grid")
+#: Pixel bytes one unit returns at most (bounds the parent's reorder buffer: window × this).
+UNIT_BYTES = {"cpu": 32 * 2**20, "warp": 256 * 2**20}
+#: Frames one CPU unit holds at most: small units balance workers; each costs one chunk read.
+CPU_UNIT_FRAMES = 32
+_CACHE_SIZE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderUnit:
+    """One task: frames (all inside one stored chunk) of one world from one camera.
+
+    `location` is a path or URL the worker opens itself; `model_mjb` carries a caller-supplied
+    model (MJB bytes, same MuJoCo version on both sides), else the archive's bundle is used.
+    """
+
+    location: str
+    storage_options: dict | None
+    world_id: int
+    camera: int
+    frames: tuple[int, ...]
+    size: tuple[int, int]
+    quality: str
+    backend: str
+    model_mjb: bytes | None = None
+    warp_batch: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitResult:
+    """Pixels of one unit: rgb (n_frames, H, W, 3) uint8, in the unit's frame order."""
+
+    world_id: int
+    camera: int
+    frames: tuple[int, ...]
+    rgb: np.ndarray
+    gl_renderer: str = ""
+
+
+# -- worker side ----------------------------------------------------------------------------------
+
+# Per thread: a GL context belongs to the thread that made it, and an executor may run units on
+# several threads of one process.
+_LOCAL = threading.local()
+
+
+def _cache(kind: str) -> collections.OrderedDict:
+    caches = getattr(_LOCAL, "caches", None)
+    if caches is None:
+        caches = _LOCAL.caches = {k: collections.OrderedDict() for k in ("archives", "models", "renderers")}
+    return caches[kind]
+
+
+def _cached(kind: str, key: Any, make) -> Any:
+    cache = _cache(kind)
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    while len(cache) > _CACHE_SIZE:
+        _, old = cache.popitem(last=False)
+        if hasattr(old, "close") and kind == "renderers":
+            old.close()
+    return value
+
+
+def _options_key(storage_options: dict | None) -> str:
+    return json.dumps(storage_options or {}, sort_keys=True, default=str)
+
+
+def _archive_for(unit: RenderUnit) -> Archive:
+    from ._reader import open as open_archive
+
+    key = (unit.location, _options_key(unit.storage_options))
+    archive = _cached("archives", key, lambda: open_archive(unit.location, storage_options=unit.storage_options))
+    if max(unit.frames) >= archive.n_frames:  # a live archive committed more since we opened it
+        archive.refresh()
+    return archive
+
+
+def _model_key(unit: RenderUnit, archive: Archive) -> str:
+    if unit.model_mjb is not None:
+        return "mjb:" + hashlib.sha256(unit.model_mjb).hexdigest()
+    return "bundle:" + archive.manifest.model_sha256
+
+
+def _model_for(unit: RenderUnit, archive: Archive) -> mujoco.MjModel:
+    def make():
+        if unit.model_mjb is not None:
+            return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
+        return archive.model()
+
+    return _cached("models", _model_key(unit, archive), make)
+
+
+def _renderer_for(unit: RenderUnit, archive: Archive, model: mujoco.MjModel) -> Any:
+    key = (_model_key(unit, archive), unit.backend, unit.size, unit.quality, unit.warp_batch)
+    if unit.backend == "cpu":
+        return _cached("renderers", key, lambda: CpuRenderer(model, unit.size, unit.quality))
+    from ._render_warp import WarpRenderer
+
+    device = unit.backend.partition(":")[2] or None
+    return _cached("renderers", key, lambda: WarpRenderer(model, unit.size, quality=unit.quality, device=device,
+                                                          nworld=unit.warp_batch))
+
+
+def render_unit(unit: RenderUnit) -> UnitResult:
+    """Render one unit (runs in any process): read its slice, pose, render; returns the pixels."""
+    archive = _archive_for(unit)
+    model = _model_for(unit, archive)
+    frames = np.asarray(unit.frames, dtype=np.int64)
+    contiguous = bool(np.all(np.diff(frames) == 1))
+    sel = archive.select(worlds=[unit.world_id],
+                         frames=slice(int(frames[0]), int(frames[-1]) + 1) if contiguous else frames)
+    qpos = sel.qpos[:, 0]
+    mocap_pos = sel.mocap_pos[:, 0] if model.nmocap else None
+    mocap_quat = sel.mocap_quat[:, 0] if model.nmocap else None
+    renderer = _renderer_for(unit, archive, model)
+    h, w = unit.size
+    n = len(frames)
+    rgb = np.empty((n, h, w, 3), np.uint8)
+    gl = ""
+    if unit.backend == "cpu":
+        for i in range(n):
+            renderer.set_state(qpos[i], None if mocap_pos is None else mocap_pos[i],
+                               None if mocap_quat is None else mocap_quat[i])
+            rgb[i] = renderer.render(unit.camera)
+        gl = gl_renderer_name()
+    else:
+        for s in range(0, n, renderer.nworld):
+            e = min(n, s + renderer.nworld)
+            rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
+                                             None if mocap_quat is None else mocap_quat[s:e], unit.camera)
+    return UnitResult(unit.world_id, unit.camera, unit.frames, rgb, gl)
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+def _check_backend(backend: str) -> str:
+    if isinstance(backend, str) and (backend in ("cpu", "warp") or (backend.startswith("warp:") and len(backend) > 5)):
+        return backend
+    raise MjArchiveError(
+        f"unknown backend {backend!r}; choose 'cpu' (MuJoCo's OpenGL renderer) or 'warp' "
+        "(MuJoCo Warp; 'warp:cpu' or 'warp:cuda:0' to pick the Warp device)"
+    )
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise MjArchiveError(f"unknown {name} {value!r}; choose one of {list(choices)}")
+    return value
+
+
+def _resolve_cameras(model: mujoco.MjModel, cameras: Any) -> list[tuple[int, str]]:
+    """(camera id, file label) pairs; default: all named cameras, else the free camera."""
+    names = [model.camera(i).name for i in range(model.ncam)]
+    if cameras is None:
+        ids = [i for i, n in enumerate(names) if n] or [FREE_CAMERA]
+    else:
+        if isinstance(cameras, (str, int)):
+            cameras = [cameras]
+        ids = []
+        for cam in cameras:
+            if isinstance(cam, str) and cam in names:
+                ids.append(names.index(cam))
+            elif (isinstance(cam, str) and cam == "free") or cam == FREE_CAMERA:
+                ids.append(FREE_CAMERA)
+            elif isinstance(cam, (int, np.integer)) and not isinstance(cam, bool) and 0 <= cam < model.ncam:
+                ids.append(int(cam))
+            else:
+                raise SelectionError(
+                    f"no camera {cam!r} in the model; choose from {[n for n in names if n]} "
+                    f"(or ids 0..{model.ncam - 1}), or 'free' for MuJoCo's free camera"
+                )
+    return [(i, camera_label(names[i] if i >= 0 else None, i)) for i in dict.fromkeys(ids)]
+
+
+def _split(frames: np.ndarray, chunk_frames: int, max_frames: int) -> list[tuple[int, ...]]:
+    """Split frame indices into runs that never cross a stored chunk and hold <= max_frames."""
+    out: list[tuple[int, ...]] = []
+    if not len(frames):
+        return out
+    chunk = frames // chunk_frames
+    bounds = np.flatnonzero(np.diff(chunk)) + 1
+    for part in np.split(frames, bounds):
+        for s in range(0, len(part), max_frames):
+            out.append(tuple(int(f) for f in part[s:s + max_frames]))
+    return out
+
+
+@dataclasses.dataclass
+class _Output:
+    path: Path
+    camera: int
+    world_ids: list[int]
+    units: list[RenderUnit]
+    n_frames: int
+    grid_block: int = 0  # grid: frames per canvas block
+
+
+def plan_units(archive: Archive, *, location: str, storage_options: dict | None, worlds: Any, frames: Any,
+               cameras: list[tuple[int, str]], size: tuple[int, int], quality: str, backend: str,
+               layout: str, split_episodes: bool, model_mjb: bytes | None, out_dir: Path,
+               model: mujoco.MjModel, unit_bytes: int | None = None) -> list[_Output]:
+    """Every output video with its ordered work units."""
+    sel = archive.select(worlds=worlds, frames=frames)
+    world_ids = list(sel.world_ids)
+    frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
+    if not len(frame_idx):
+        raise SelectionError(
+            f"the frame selection {frames!r} holds no frames (the archive has {archive.n_frames} committed "
+            "frames; a live archive shows frames once the writer commits them)"
+        )
+    cf = archive.manifest.chunk_frames
+    h, w = size
+    budget = unit_bytes or UNIT_BYTES["cpu" if backend == "cpu" else "warp"]
+
+    warp_batch = None
+    if backend != "cpu":  # Warp renders all nworld slots per launch: size the batch to the units
+        from ._render_warp import batch_size, default_device
+
+        device = backend.partition(":")[2] or default_device()
+        warp_batch = min(batch_size(model, size, device), cf, max(1, budget // (h * w * 3)), max(1, len(frame_idx)))
+
+    def unit(world_id: int, camera: int, part: tuple[int, ...]) -> RenderUnit:
+        return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
+                          warp_batch)
+
+    outputs: list[_Output] = []
+    if layout == "grid":
+        composer = GridComposer(world_ids, size)
+        block = max(1, budget // (composer.out_size[0] * composer.out_size[1] * 3))
+        if backend == "cpu":
+            block = min(block, CPU_UNIT_FRAMES)
+        for cam, label in cameras:
+            units = [unit(wid, cam, part) for part in _split(frame_idx, cf, block) for wid in world_ids]
+            outputs.append(_Output(out_dir / video_name(None, label), cam, world_ids, units, len(frame_idx), block))
+        return outputs
+    per_unit = max(1, budget // (h * w * 3))
+    if backend == "cpu":
+        per_unit = min(per_unit, CPU_UNIT_FRAMES)
+    for wid in world_ids:
+        if split_episodes:
+            pieces = [(k, frame_idx[(frame_idx >= ep.start) & (frame_idx < ep.stop)])
+                      for k, ep in enumerate(archive.episodes(wid))]
+            pieces = [(k, p) for k, p in pieces if len(p)]
+        else:
+            pieces = [(None, frame_idx)]
+        for cam, label in cameras:
+            for episode, idx in pieces:
+                units = [unit(wid, cam, part) for part in _split(idx, cf, per_unit)]
+                outputs.append(_Output(out_dir / video_name(wid, label, episode), cam, [wid], units, len(idx)))
+    return outputs
+
+
+# -- orchestration ----------------------------------------------------------------------------
+
+def _run_ordered(units: Sequence[RenderUnit], executor: Executor | None, window: int) -> Iterator[UnitResult]:
+    """Results in unit order, with at most `window` units submitted but not yet consumed."""
+    if executor is None:
+        for u in units:
+            yield render_unit(u)
+        return
+    pending: collections.deque = collections.deque()
+    try:
+        for u in units:
+            pending.append(executor.submit(render_unit, u))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+def _open_archive(archive: Any, storage_options: dict | None) -> tuple[Archive, bool]:
+    if isinstance(archive, Archive):
+        archive._check_open()
+        return archive, False
+    from ._reader import open as open_archive
+
+    return open_archive(archive, storage_options=storage_options), True
+
+
+def _shareable_location(archive: Archive) -> str | None:
+    """A location string another process can open, or None (in-memory or store objects)."""
+    loc = archive.location
+    if isinstance(loc, str) and is_url(loc):
+        return None if loc.startswith("memory://") else loc
+    path = local_path(loc)
+    return None if path is None else str(path.resolve())
+
+
+def _prepare_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, bytes | None]:
+    """The replay model and, when the caller supplied it, its MJB bytes for the workers."""
+    if model is None:  # compiled once per bundle hash and thread, like the workers do
+        return _cached("models", "bundle:" + archive.manifest.model_sha256, archive.model), None
+    if not isinstance(model, mujoco.MjModel):
+        from ._bundle import ModelBundle
+        from ._writer import as_bundle
+
+        model = (model if isinstance(model, ModelBundle) else as_bundle(model)).compile()
+    archive.manifest.layout.check_compatible(model)
+    buf = np.empty(mujoco.mj_sizeModel(model), np.uint8)
+    mujoco.mj_saveModel(model, None, buf)
+    return model, buf.tobytes()
+
+
+def _init_worker(gl_threads: int) -> None:
+    """Pool worker set-up: software GL (Mesa llvmpipe) would start one raster thread per core in
+    every worker; share the cores instead. No effect on GPU drivers or when the user set it."""
+    os.environ.setdefault("LP_NUM_THREADS", str(gl_threads))
+
+
+def _seed_in_process(archive: Archive, location: str, storage_options: dict | None) -> None:
+    _cache("archives")[(location, _options_key(storage_options))] = archive
+
+
+def _software_gl_hint(gl: str) -> None:
+    if "llvmpipe" in gl.lower() or "softpipe" in gl.lower() or "swrast" in gl.lower():
+        print(f"mjarchive: OpenGL renders in software ({gl.split('(')[0].strip()}); "
+              "quality='fast' renders 10-45x faster here", file=sys.stderr)
+
+
+def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, frames: Any = None,
+           cameras: Any = None, size: tuple[int, int] = (480, 640), backend: str = "cpu",
+           workers: int | None = None, quality: str = "full", layout: str = "per-world",
+           fps: float | None = None, executor: Executor | None = None, progress: bool = True,
+           split_episodes: bool = False, model: Any = None, storage_options: dict | None = None) -> list[Path]:
+    """Render selected worlds and frames of an archive to mp4 files in `out_dir`; returns their paths.
+
+    archive: an `Archive`, a path or a URL (with `storage_options`). worlds: original world IDs
+    (int, list or slice; default all). frames: int, slice or index array (default all committed).
+    cameras: names, ids or 'free' (default: every named camera, else the free camera).
+    size: (height, width) pixels. backend: 'cpu' or 'warp' ('warp:cpu', 'warp:cuda:0').
+    workers: processes for the CPU backend (None: one per core; 1: in this process); the Warp
+    backend renders in this process unless `executor` is given. quality: 'full' (the model's
+    visual settings) or 'fast' (no shadows, reflections, skybox or multisampling). layout:
+    'per-world' (`world-0042_cam-back.mp4`) or 'grid' (`grid_cam-back.mp4`, worlds tiled and
+    labelled). fps: default the archive's output_fps. executor: any concurrent.futures.Executor
+    to run the work units on. split_episodes: one file per episode (`..._ep-003.mp4`).
+    model: a replay model (MjModel, ModelBundle, MJCF path or MjSpec), layout-checked.
+    """
+    backend = _check_backend(backend)
+    _check_choice("quality", quality, QUALITIES)
+    _check_choice("layout", layout, LAYOUTS)
+    if layout == "grid" and split_episodes:
+        raise MjArchiveError("split_episodes=True needs layout='per-world': worlds reset at different frames")
+    size = _check_size(size)
+    arch, owned = _open_archive(archive, storage_options)
+    try:
+        storage_options = storage_options if owned else arch._storage_options
+        replay_model, mjb = _prepare_model(arch, model)
+        cams = _resolve_cameras(replay_model, cameras)
+        location = _shareable_location(arch)
+        if location is None:
+            if executor is not None:
+                raise MjArchiveError("an in-memory archive cannot be rendered on another process; write it to a path or URL")
+            location = f"object:{id(arch)}"
+            workers = 1
+        out = Path(out_dir)
+        outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
+                             frames=frames, cameras=cams, size=size, quality=quality, backend=backend,
+                             layout=layout, split_episodes=split_episodes, model_mjb=mjb, out_dir=out,
+                             model=replay_model)
+        out.mkdir(parents=True, exist_ok=True)
+        n_units = sum(len(o.units) for o in outputs)
+        if workers is None:
+            workers = (os.cpu_count() or 1) if backend == "cpu" else 1
+        workers = max(1, min(int(workers), max(1, n_units)))
+        own_pool = None
+        if executor is None and workers > 1:
+            own_pool = executor = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                initargs=(max(1, (os.cpu_count() or 1) // workers),),
+            )
+        elif executor is None:
+            _seed_in_process(arch, location, storage_options)
+        try:
+            return _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
+                                  fps=float(fps or arch.output_fps or 30.0), size=size, progress=progress,
+                                  hint=(backend == "cpu" and quality == "full"))
+        finally:
+            if own_pool is not None:
+                own_pool.shutdown(wait=True, cancel_futures=True)
+            if executor is None:  # the caller's Archive was lent to the in-process cache
+                _cache("archives").pop((location, _options_key(storage_options)), None)
+    finally:
+        if owned:
+            arch.close()
+
+
+def _check_size(size: Any) -> tuple[int, int]:
+    try:
+        h, w = (int(s) for s in size)
+    except (TypeError, ValueError):
+        raise MjArchiveError(f"size must be (height, width) in pixels, got {size!r}") from None
+    if not (1 <= h <= 8192 and 1 <= w <= 8192):
+        raise MjArchiveError(f"size {size!r} is outside 1..8192 pixels per side")
+    return h, w
+
+
+def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, fps: float,
+                   size: tuple[int, int], progress: bool, hint: bool) -> list[Path]:
+    from tqdm.auto import tqdm
+
+    total = sum(len(u.frames) for o in outputs for u in o.units)
+    units = [u for o in outputs for u in o.units]
+    results = _run_ordered(units, executor, window)
+    paths: list[Path] = []
+    hinted = not (hint and progress)
+    with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
+        for o in outputs:
+            if len(o.world_ids) > 1 or o.grid_block:
+                composer = GridComposer(o.world_ids, size)
+                with VideoWriter(o.path, composer.out_size, fps) as video:
+                    canvas, filled = None, 0
+                    for i in range(len(o.units)):
+                        r = next(results)
+                        if canvas is None:
+                            canvas, filled = composer.canvas(len(r.frames)), 0
+                        composer.paste(canvas, r.world_id, r.rgb)
+                        filled += 1
+                        bar.update(len(r.frames))
+                        hinted = hinted or _hint_once(r)
+                        if filled == len(o.world_ids):
+                            for frame in canvas:
+                                video.write(frame)
+                            canvas = None
+            else:
+                with VideoWriter(o.path, size, fps) as video:
+                    for _ in o.units:
+                        r = next(results)
+                        for frame in r.rgb:
+                            video.write(frame)
+                        bar.update(len(r.frames))
+                        hinted = hinted or _hint_once(r)
+            paths.append(o.path)
+    return paths
+
+
+def _hint_once(result: UnitResult) -> bool:
+    if result.gl_renderer:
+        _software_gl_hint(result.gl_renderer)
+        return True
+    return False
+
+
+def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera: Any = None,
+                size: tuple[int, int] = (480, 640), backend: str = "cpu", quality: str = "full",
+                model: Any = None, storage_options: dict | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield (world_id, frame_index, rgb (H, W, 3) uint8) for the selection, world by world, in this
+    process. camera: a name, id or 'free' (default: the first named camera, else the free camera)."""
+    backend = _check_backend(backend)
+    _check_choice("quality", quality, QUALITIES)
+    size = _check_size(size)
+    arch, owned = _open_archive(archive, storage_options)
+    try:
+        storage_options = storage_options if owned else arch._storage_options
+        replay_model, mjb = _prepare_model(arch, model)
+        cam = _resolve_cameras(replay_model, camera)[0]
+        location = f"object:{id(arch)}"
+        _seed_in_process(arch, location, storage_options)
+        try:
+            outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
+                                 frames=frames, cameras=[cam], size=size, quality=quality, backend=backend,
+                                 layout="per-world", split_episodes=False, model_mjb=mjb, out_dir=Path("."),
+                                 model=replay_model)
+            for o in outputs:
+                for u in o.units:
+                    r = render_unit(u)
+                    for f, rgb in zip(r.frames, r.rgb):
+                        yield r.world_id, f, rgb
+        finally:
+            _cache("archives").pop((location, _options_key(storage_options)), None)
+    finally:
+        if owned:
+            arch.close()
