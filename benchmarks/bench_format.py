@@ -262,8 +262,32 @@ def measure_layout(prefix: str, path: Path, bundle, qpos, reset, times, layout: 
     return res
 
 
+def compare_zarr_writes(fast_path: Path, path: Path, bundle, qpos, reset, times, layout: Layout, wl: Workload,
+                        fast_MBps: float) -> None:
+    """The same append with every chunk written by zarr-python (MJARCHIVE_ZARR_WRITES=1, no whole-shard
+    encoder), in the same run: its throughput, the speedup of the default path, and whether the two
+    wrote byte-identical chunk objects."""
+    os.environ["MJARCHIVE_ZARR_WRITES"] = "1"
+    try:
+        seconds = append_archive(path, bundle, qpos, reset, times, layout, wl.block)
+    finally:
+        del os.environ["MJARCHIVE_ZARR_WRITES"]
+    out("zarr_writes.append_MBps", qpos.nbytes / MB / seconds)
+    out("ratio.append_fast_vs_zarr_writes", fast_MBps / (qpos.nbytes / MB / seconds))
+    differ = 0
+    for name in ("qpos", "reset"):
+        files = sorted(p.relative_to(path) for p in (path / name / "c").rglob("*") if p.is_file())
+        fast_files = sorted(p.relative_to(fast_path) for p in (fast_path / name / "c").rglob("*") if p.is_file())
+        if files != fast_files:
+            differ += 1
+            continue
+        differ += sum((path / f).read_bytes() != (fast_path / f).read_bytes() for f in files)
+    out("zarr_writes.chunk_objects_identical", "yes" if differ == 0 else f"no ({differ} differ)")
+    shutil.rmtree(path)
+
+
 # -- main -------------------------------------------------------------------------------------------------
-def run(wl: Workload, layouts: list[Layout], workdir: Path) -> None:
+def run(wl: Workload, layouts: list[Layout], workdir: Path, zarr_writes: bool = False) -> None:
     default = Layout(DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS)
     rng = np.random.default_rng(wl.seed)
     t0 = time.perf_counter()
@@ -323,6 +347,9 @@ def run(wl: Workload, layouts: list[Layout], workdir: Path) -> None:
     for layout in [default] + [lay for lay in layouts if lay != default]:
         path = workdir / f"{layout.label}.mjarchive"
         results[layout] = measure_layout(f"layout[{layout.label}]", path, bundle, qpos, reset, times, layout, wl, probe)
+        if zarr_writes and layout == default:
+            compare_zarr_writes(path, workdir / "zarr_writes.mjarchive", bundle, qpos, reset, times, layout, wl,
+                                results[layout]["append_MBps"])
         shutil.rmtree(path)
 
     # Lossy: default layout with precision=1e-4.
@@ -392,6 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim-worlds", type=int, help="worlds really simulated (the rest is derived)")
     parser.add_argument("--layouts", help="comma-separated CF:SW pairs for --sweep, e.g. 256:256,1024:64")
     parser.add_argument("--tmp", type=Path, help="scratch directory (default: the system temp dir)")
+    parser.add_argument("--zarr-writes", action="store_true",
+                        help="also append the default layout with every chunk written by zarr-python "
+                             "(MJARCHIVE_ZARR_WRITES=1) and print both throughputs and their ratio")
     args = parser.parse_args(argv)
     wl = QUICK if args.quick else Workload()
     changes = {k: v for k, v in {"worlds": args.worlds, "frames": args.frames, "sim_worlds": args.sim_worlds}.items() if v}
@@ -407,7 +437,7 @@ def main(argv: list[str] | None = None) -> None:
                           f"numcodecs {numcodecs.__version__}, mujoco {mujoco.__version__}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_format_", dir=args.tmp) as tmp:
-        run(wl, layouts, Path(tmp))
+        run(wl, layouts, Path(tmp), zarr_writes=args.zarr_writes)
     out("total_s", time.perf_counter() - t0)
 
 

@@ -18,6 +18,8 @@ from ._bundle import ModelBundle
 from ._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
 from ._format import BUNDLE_GROUP, FORMAT_VERSION, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
 from ._manifest import Manifest, TrackSpec
+from ._shards import ShardWriter
+from ._shards import enabled as enabled_fast_shards
 from ._store import create_root, open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
@@ -65,6 +67,13 @@ class _Arrays:
         # Write every chunk, even one equal to the fill value, so that a missing chunk always means
         # damage (verify() checks for them) rather than "all zeros / no resets".
         self.arrays = {name: root[name].with_config({"write_empty_chunks": True}) for name in self.names}
+        # Whole-chunk writes of sharded arrays bypass zarr-python's per-inner-chunk cost (same bytes).
+        self.shard_writers = {}
+        if enabled_fast_shards():
+            for name, array in self.arrays.items():
+                writer = ShardWriter.for_array(array)
+                if writer is not None:
+                    self.shard_writers[name] = writer
 
     def capacity(self) -> int:
         return min(a.shape[0] for a in self.arrays.values())
@@ -324,6 +333,9 @@ class ArchiveWriter:
             grow = self.manifest.chunk_frames * 16
             self._arrays.resize(((stop + grow - 1) // grow) * grow)
         for name, arr in self._arrays.arrays.items():
+            fast = self._arrays.shard_writers.get(name)
+            if fast is not None and fast.write(start, self._buffer[name][:n]):
+                continue
             arr[start:stop] = self._buffer[name][:n]
         if stop > self._n_committed:
             self._commit(stop, "live")

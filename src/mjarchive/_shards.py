@@ -1,0 +1,204 @@
+"""Writing whole shards of a sharded Zarr v3 array without zarr-python's per-inner-chunk overhead.
+
+zarr-python 3.1 spends ~0.5-1 ms of Python per inner chunk in the sharding codec, which caps
+appends at a few tens of MB/s for one-world inner chunks. For a write that covers whole shards,
+`ShardWriter` builds the very same object zarr would: each inner chunk's C-order bytes through the
+array's own `bytes` + `blosc` codec configuration (read from the array metadata), concatenated in
+the sharding codec's chunk order, then the index of little-endian uint64 (offset, nbytes) pairs in
+C order of the inner-chunk grid and its crc32c, at the end; one `set` per shard object at the key
+the array's chunk key encoding gives. Inner chunks are compressed in parallel (Blosc releases the
+GIL). Inner chunks of an edge shard that lie wholly outside the array are left out (index entry
+2**64-1 twice), as zarr-python leaves them out.
+
+Anything else (other codecs, index at the start, a region that is not whole shards, a shard grid
+whose chunk order could differ from C order) is declined, and the caller writes through zarr.
+`tests/test_shards.py` checks the objects are byte-identical to zarr-python's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import google_crc32c
+import numcodecs
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.chunk_grids import RegularChunkGrid
+from zarr.core.sync import sync
+
+__all__ = ["ShardWriter", "enabled"]
+
+_EMPTY = np.uint64(2**64 - 1)
+_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+_WORKERS = os.cpu_count() or 1
+_NUMCODECS_TYPESIZE = tuple(int(p) for p in numcodecs.__version__.split(".")[:2] if p.isdigit()) >= (0, 16)
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_io_pool: ThreadPoolExecutor | None = None
+
+
+def enabled() -> bool:
+    """False when MJARCHIVE_ZARR_WRITES=1: every write goes through zarr-python (for comparison)."""
+    return os.environ.get("MJARCHIVE_ZARR_WRITES", "") not in ("1", "true", "yes")
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child inherits the pool objects (and maybe a held lock) but none of their threads.
+    global _pool, _io_pool, _pool_lock
+    _pool, _io_pool, _pool_lock = None, None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def _io_executor() -> ThreadPoolExecutor:
+    global _io_pool
+    with _pool_lock:
+        if _io_pool is None:
+            # Threads that only wait for store writes (zarr's event loop does the I/O).
+            _io_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mjarchive-store")
+        return _io_pool
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            # One pool per process, shared by all writers: they compete for the same cores anyway.
+            _pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="mjarchive-shard")
+        return _pool
+
+
+class ShardWriter:
+    """Encodes and stores whole shards of one sharded array; `for_array` returns None if unsupported."""
+
+    def __init__(self, array: zarr.Array, split_axis: int, compressor: Any, dtype: np.dtype):
+        self.array = array
+        meta = array.metadata
+        self.shard_shape: tuple[int, ...] = tuple(meta.chunk_grid.chunk_shape)
+        self.chunk_shape: tuple[int, ...] = tuple(meta.codecs[0].chunk_shape)
+        self.chunks_per_shard = tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape))
+        self.split_axis = split_axis
+        self.compressor = compressor
+        self.dtype = dtype  # with the byte order the bytes codec writes
+        self.fill_value = np.asarray(array.fill_value, dtype=array.dtype)
+
+    @classmethod
+    def for_array(cls, array: zarr.Array) -> ShardWriter | None:
+        """A writer for `array` if its layout is one this module reproduces exactly, else None."""
+        meta = array.metadata
+        if getattr(meta, "zarr_format", None) != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid):
+            return None
+        if len(meta.codecs) != 1 or not isinstance(meta.codecs[0], ShardingCodec):
+            return None
+        sharding: ShardingCodec = meta.codecs[0]
+        if sharding.index_location.value != "end" or not array.config.write_empty_chunks:
+            return None
+        index_codecs = sharding.index_codecs
+        if (len(index_codecs) != 2 or not isinstance(index_codecs[0], BytesCodec)
+                or getattr(index_codecs[0].endian, "value", None) != "little"
+                or not isinstance(index_codecs[1], Crc32cCodec)):
+            return None
+        dtype = np.dtype(array.dtype)
+        if dtype.kind not in "biuf" or not dtype.isnative:
+            return None
+        codecs = sharding.codecs
+        if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+            return None
+        if dtype.itemsize > 1:
+            if getattr(codecs[0].endian, "value", None) != "little":
+                return None
+            dtype = dtype.newbyteorder("<")
+        compressor = None
+        if len(codecs) == 2:
+            blosc = codecs[1]
+            if not isinstance(blosc, BloscCodec):
+                return None
+            config = {"cname": blosc.cname.value, "clevel": blosc.clevel, "shuffle": _SHUFFLE[blosc.shuffle.value],
+                      "blocksize": blosc.blocksize}
+            # As zarr-python builds it: numcodecs < 0.16 takes no typesize (then the byte view's 1 is used).
+            if _NUMCODECS_TYPESIZE:
+                config["typesize"] = blosc.typesize
+            compressor = numcodecs.Blosc.from_config(config)
+        shard_shape, chunk_shape = tuple(meta.chunk_grid.chunk_shape), tuple(sharding.chunk_shape)
+        if len(shard_shape) != len(chunk_shape) or any(s % c for s, c in zip(shard_shape, chunk_shape)):
+            return None
+        per_shard = [s // c for s, c in zip(shard_shape, chunk_shape)]
+        split = [i for i, n in enumerate(per_shard) if n > 1]
+        # zarr orders the chunks of a shard along a Morton curve; with at most one axis of more than
+        # one chunk that is C order, the only order this module writes.
+        if len(split) > 1:
+            return None
+        return cls(array, split[0] if split else 0, compressor, dtype)
+
+    def write(self, start: int, data: np.ndarray) -> bool:
+        """Store `data` at `array[start:start + len(data)]` if that region is whole shards along axis 0
+        and covers the other axes completely; returns False (nothing written) otherwise."""
+        shape = tuple(self.array.shape)
+        S = self.shard_shape
+        if data.shape[1:] != shape[1:] or start % S[0] or len(data) % S[0] or start + len(data) > shape[0]:
+            return False
+        grid = [math.ceil(n / s) for n, s in zip(shape, S)]
+        jobs = []  # (shard coordinates, what _encode_async returned)
+        pool = _executor()
+        for t in range(len(data) // S[0]):
+            for rest in np.ndindex(*grid[1:]):
+                coords = (start // S[0] + t, *rest)
+                lo = [c * s for c, s in zip(coords, S)]
+                region = data[(slice(t * S[0], (t + 1) * S[0]),
+                               *(slice(l, min(l + s, n)) for l, s, n in zip(lo[1:], S[1:], shape[1:])))]
+                jobs.append((coords, self._encode_async(region, pool)))
+        # Each shard is stored as soon as it is encoded, while later shards are still compressing;
+        # all are stored before returning (the caller commits only then).
+        store_path, meta = self.array.store_path, self.array.metadata
+        puts = [_io_executor().submit(sync, (store_path / meta.encode_chunk_key(coords)).set(self._assemble(*parts)))
+                for coords, parts in jobs]
+        for put in puts:
+            put.result()
+        return True
+
+    def _encode_async(self, region: np.ndarray, pool: ThreadPoolExecutor) -> tuple[int, list]:
+        """Start compressing the inner chunks of one shard whose in-bounds part is `region`."""
+        a = self.split_axis
+        c = self.chunk_shape[a]
+        n_present = math.ceil(region.shape[a] / c)  # inner chunks at least partly inside the array
+        if region.shape != self.shard_shape:
+            full = np.empty(self.shard_shape, self.dtype)
+            full[...] = self.fill_value
+            full[tuple(slice(0, n) for n in region.shape)] = region
+            region = full
+        split = region.reshape(region.shape[:a] + (self.chunks_per_shard[a], c) + region.shape[a + 1:])
+        chunks = np.moveaxis(split, a, 0)[:n_present]  # a view: chunks[i] is inner chunk i
+        dtype = self.dtype
+
+        def encode(lo: int, hi: int) -> list[bytes]:
+            # The copy to each chunk's contiguous C-order bytes runs in the pool too, chunk by chunk.
+            out = []
+            for i in range(lo, hi):
+                row = np.ascontiguousarray(chunks[i], dtype=dtype).reshape(-1).view(np.uint8)
+                out.append(row.tobytes() if self.compressor is None else self.compressor.encode(row))
+            return out
+
+        if self.compressor is None:
+            return n_present, [encode(0, n_present)]
+        batch = max(1, math.ceil(n_present / (4 * _WORKERS)))  # few tasks: submitting one costs ~20 us
+        return n_present, [pool.submit(encode, lo, min(lo + batch, n_present)) for lo in range(0, n_present, batch)]
+
+    def _assemble(self, n_present: int, parts: list) -> Any:
+        chunks: list[bytes] = []
+        for p in parts:
+            chunks.extend(p if isinstance(p, list) else p.result())
+        n_total = self.chunks_per_shard[self.split_axis]
+        index = np.full((n_total, 2), _EMPTY, dtype="<u8")
+        lengths = np.fromiter((len(b) for b in chunks), dtype=np.uint64, count=n_present)
+        index[:n_present, 1] = lengths
+        index[:n_present, 0] = np.cumsum(lengths) - lengths
+        index_bytes = index.tobytes()
+        crc = np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
+        return default_buffer_prototype().buffer.from_bytes(b"".join([*chunks, index_bytes, crc]))

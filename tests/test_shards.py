@@ -1,0 +1,224 @@
+"""The fast whole-shard writer: its objects are byte-identical to zarr-python's and decode to the input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+import zarr.codecs
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+import mjarchive
+from mjarchive import ModelBundle
+from mjarchive._shards import ShardWriter
+from mjarchive._writer import _create_frame_world_array
+from mjarchive.testing import hinge_chain_xml
+
+
+def stored_objects(array: zarr.Array) -> dict[str, bytes]:
+    """Every chunk object of `array`, keyed relative to the array."""
+    store, prefix = array.store_path.store, array.store_path.path + "/c"
+
+    async def collect() -> dict[str, bytes]:
+        keys = [k async for k in store.list_prefix(prefix)]
+        bufs = [await store.get(k, default_buffer_prototype()) for k in keys]
+        return {k[len(array.store_path.path):]: b.to_bytes() for k, b in zip(keys, bufs)}
+
+    return sync(collect())
+
+
+def sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return rng.random(shape) < 0.1
+    if np.dtype(dtype).kind == "f":
+        # Smooth in time like a trajectory, plus exact zeros so some inner chunks equal the fill value.
+        data = np.cumsum(rng.normal(0, 0.01, shape), axis=0).astype(dtype)
+        data[:, :1] = 0
+        return data
+    return rng.integers(-1000, 1000, shape).astype(dtype)
+
+
+def pair(tmp_path: Path, name: str, W: int, tail: tuple[int, ...], dtype: str, cf: int, sw: int, frames: int):
+    """Two arrays with the archive's exact metadata: one written by ShardWriter, one by zarr."""
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / name), mode="w", zarr_format=3)
+    dims = tuple(f"d{i}" for i in range(len(tail)))
+    arrays = []
+    for which in ("fast", "zarr"):
+        _create_frame_world_array(root, which, W, tail, dims, dtype, cf, min(sw, W))
+        a = root[which].with_config({"write_empty_chunks": True})
+        a.resize((frames, W, *tail))
+        arrays.append(a)
+    return arrays
+
+
+CASES = [
+    # W, tail, dtype, chunk_frames, shard_worlds
+    (8, (5,), "float32", 4, 4),
+    (10, (3,), "float32", 3, 4),       # W not a multiple of shard_worlds: an edge shard
+    (7, (), "bool", 5, 3),             # reset-like, itemsize 1 (noshuffle)
+    (6, (2, 3), "float64", 2, 6),      # two tail dims, one shard
+    (5, (4,), "int32", 1, 2),          # chunk_frames 1
+    (9, (), "int64", 4, 16),           # shard_worlds > W (clipped like create() does)
+    (3, (2,), "float32", 8, 1),        # one world per shard
+]
+
+
+@pytest.mark.parametrize("W,tail,dtype,cf,sw", CASES)
+def test_objects_byte_identical_to_zarr(tmp_path, W, tail, dtype, cf, sw):
+    rng = np.random.default_rng(W * 100 + cf)
+    frames = 3 * cf
+    fast, ref = pair(tmp_path, "g", W, tail, dtype, cf, sw, frames)
+    writer = ShardWriter.for_array(fast)
+    assert writer is not None
+    data = sample(rng, (frames, W, *tail), dtype)
+    # One time chunk, then two at once.
+    assert writer.write(0, data[:cf])
+    assert writer.write(cf, data[cf:])
+    ref[:] = data
+    np.testing.assert_array_equal(fast[:], data)
+    ours, theirs = stored_objects(fast), stored_objects(ref)
+    assert sorted(ours) == sorted(theirs)
+    assert len(ours) == 3 * -(-W // min(sw, W))
+    for key in theirs:
+        assert ours[key] == theirs[key], key
+
+
+def test_edge_shard_leaves_out_chunks_outside_the_array(tmp_path):
+    fast, _ = pair(tmp_path, "g", 5, (2,), "float32", 4, 4, 4)
+    data = sample(np.random.default_rng(0), (4, 5, 2), "float32")
+    assert ShardWriter.for_array(fast).write(0, data)
+    obj = stored_objects(fast)["/c/0/1/0"]
+    index = np.frombuffer(obj[-4 * 16 - 4:-4], "<u8").reshape(4, 2)
+    assert index[0, 0] == 0 and 0 < index[0, 1] < len(obj)
+    assert (index[1:] == 2**64 - 1).all()
+    np.testing.assert_array_equal(fast[:], data)
+
+
+def test_rewrite_replaces_the_shard(tmp_path):
+    fast, _ = pair(tmp_path, "g", 4, (3,), "float32", 2, 2, 2)
+    writer = ShardWriter.for_array(fast)
+    first, second = (sample(np.random.default_rng(s), (2, 4, 3), "float32") for s in (1, 2))
+    writer.write(0, first)
+    writer.write(0, second)
+    np.testing.assert_array_equal(fast[:], second)
+
+
+def test_declines_regions_that_are_not_whole_shards(tmp_path):
+    fast, _ = pair(tmp_path, "g", 4, (3,), "float32", 4, 2, 8)
+    writer = ShardWriter.for_array(fast)
+    data = np.ones((8, 4, 3), np.float32)
+    assert not writer.write(0, data[:3])          # part of a time chunk
+    assert not writer.write(2, data[:4])          # not aligned
+    assert not writer.write(4, data)              # beyond the array
+    assert not writer.write(0, data[:4, :3])      # not every world
+    assert stored_objects(fast) == {}
+
+
+def test_declines_layouts_it_does_not_reproduce(tmp_path):
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
+    plain = root.create_array("plain", shape=(4, 4), chunks=(2, 1), dtype="float32").with_config(
+        {"write_empty_chunks": True})
+    start = root.create_array("start", shape=(4, 4), chunks=(2, 1), shards=(2, 4), dtype="float32",
+                              serializer=zarr.codecs.ShardingCodec(chunk_shape=(2, 1), index_location="start"))
+    two_axes = root.create_array("two", shape=(4, 4), chunks=(1, 1), shards=(2, 2), dtype="float32")
+    big_endian = root.create_array("be", shape=(4, 4), chunks=(2, 1), shards=(2, 4), dtype="float32",
+                                   serializer=zarr.codecs.BytesCodec(endian="big"))
+    assert ShardWriter.for_array(plain) is None
+    assert ShardWriter.for_array(start.with_config({"write_empty_chunks": True})) is None
+    assert ShardWriter.for_array(two_axes.with_config({"write_empty_chunks": True})) is None
+    assert ShardWriter.for_array(big_endian.with_config({"write_empty_chunks": True})) is None
+    # write_empty_chunks=False would skip fill-value chunks; only zarr does that exactly.
+    zstd = root.create_array("zstd", shape=(4, 4), chunks=(2, 1), shards=(2, 4), dtype="float32",
+                             compressors=zarr.codecs.ZstdCodec())
+    assert ShardWriter.for_array(zstd.with_config({"write_empty_chunks": True})) is None
+    sharded = root.create_array("ok", shape=(4, 4), chunks=(2, 1), shards=(2, 4), dtype="float32",
+                                compressors=zarr.codecs.BloscCodec(cname="lz4", shuffle="shuffle"))
+    assert ShardWriter.for_array(sharded.with_config({"write_empty_chunks": False})) is None
+    assert ShardWriter.for_array(sharded.with_config({"write_empty_chunks": True})) is not None
+
+
+def _record(path: Path, frames: int, bundle: ModelBundle, rng_seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(rng_seed)
+    W, nq = 5, bundle.layout.nq
+    qpos = np.cumsum(rng.normal(0, 0.01, (frames, W, nq)), axis=0).astype(np.float32)
+    reset = rng.random((frames, W)) < 0.05
+    qvel = rng.normal(size=(frames, W, 2)).astype(np.float32)
+    reward = rng.normal(size=(frames, W)).astype(np.float32)
+    times = np.arange(1, frames + 1) * 0.01
+    with mjarchive.create(path, bundle, world_ids=[3, 1, 4, 15, 9], chunk_frames=4, shard_worlds=2,
+                          tracks={"qvel": (2,), "reward": ()}) as writer:
+        fast = set(writer._arrays.shard_writers)
+        assert fast == (set() if os.environ.get("MJARCHIVE_ZARR_WRITES") else {"qpos", "reset", "qvel", "reward"})
+        writer.append(times[:6], qpos[:6], reset=reset[:6], qvel=qvel[:6], reward=reward[:6])
+        writer.flush()  # a partial chunk, written through zarr
+        writer.append(times[6:], qpos[6:], reset=reset[6:], qvel=qvel[6:], reward=reward[6:])
+    return {"qpos": qpos, "reset": reset, "qvel": qvel, "reward": reward}
+
+
+def test_archive_through_fast_path_matches_zarr_writes(tmp_path, monkeypatch):
+    bundle = ModelBundle.from_xml(hinge_chain_xml(3))
+    data = _record(tmp_path / "fast.zarr", 19, bundle, 0)
+    monkeypatch.setenv("MJARCHIVE_ZARR_WRITES", "1")
+    _record(tmp_path / "zarr.zarr", 19, bundle, 0)
+    monkeypatch.delenv("MJARCHIVE_ZARR_WRITES")
+    for name in data:
+        fast_files = {p.relative_to(tmp_path / "fast.zarr"): p.read_bytes()
+                      for p in (tmp_path / "fast.zarr" / name).rglob("c/**/*") if p.is_file()}
+        zarr_files = {p.relative_to(tmp_path / "zarr.zarr"): p.read_bytes()
+                      for p in (tmp_path / "zarr.zarr" / name).rglob("c/**/*") if p.is_file()}
+        assert fast_files and fast_files == zarr_files, name
+    with mjarchive.open(tmp_path / "fast.zarr") as archive:
+        assert archive.verify().ok
+        sel = archive.select()
+        for name, value in data.items():
+            np.testing.assert_array_equal(getattr(sel, name) if name in ("qpos", "reset") else sel.track(name), value)
+    # Resume after close() trimmed the arrays to 19 frames, then fill whole chunks again.
+    with mjarchive.open(tmp_path / "fast.zarr", mode="a") as writer:
+        more = np.full((9, 5, 3), 0.5, np.float32)
+        writer.append(np.arange(20, 29) * 0.01, more, qvel=np.zeros((9, 5, 2), np.float32),
+                      reward=np.ones((9, 5), np.float32))
+    with mjarchive.open(tmp_path / "fast.zarr") as archive:
+        assert archive.n_frames == 28 and archive.verify().ok
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([data["qpos"], more]))
+
+
+def _write_in_child(path: str, start: int, value: float) -> None:
+    array = zarr.open_array(zarr.storage.LocalStore(path), path="fast", mode="r+").with_config(
+        {"write_empty_chunks": True})
+    data = np.full((2, *array.shape[1:]), value, np.float32)
+    raise SystemExit(0 if ShardWriter.for_array(array).write(start, data) else 3)
+
+
+def test_forked_child_gets_its_own_compression_pool(tmp_path):
+    import multiprocessing
+
+    fast, _ = pair(tmp_path, "g", 4, (3,), "float32", 2, 2, 4)
+    first = sample(np.random.default_rng(5), (2, 4, 3), "float32")
+    assert ShardWriter.for_array(fast).write(0, first)  # the parent's pool now has threads
+    child = multiprocessing.get_context("fork").Process(target=_write_in_child, args=(str(tmp_path / "g"), 2, 7.0))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child hung waiting for the parent's compression threads")
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(fast[:2], first)
+    assert (fast[2:] == 7.0).all()
+
+
+def test_uncompressed_shards_byte_identical(tmp_path):
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
+    arrays = [root.create_array(n, shape=(6, 5, 2), chunks=(3, 1, 2), shards=(3, 2, 2), dtype="int16",
+                                compressors=None, fill_value=0).with_config({"write_empty_chunks": True})
+              for n in ("fast", "zarr")]
+    data = sample(np.random.default_rng(3), (6, 5, 2), "int16")
+    writer = ShardWriter.for_array(arrays[0])
+    assert writer is not None and writer.compressor is None
+    assert writer.write(0, data)
+    arrays[1][:] = data
+    assert stored_objects(arrays[0]) == stored_objects(arrays[1])
+    np.testing.assert_array_equal(arrays[0][:], data)
