@@ -126,10 +126,12 @@ def bench_throughput(w: Workload, archive: Path, tmp: Path) -> None:
         variants = {
             "raw": raw_loop,
             "iter": lambda: sum(1 for _ in mjarchive.iter_frames(archive, camera=CAMERA, **kw)),
-            "w1": lambda: mjarchive.render(archive, tmp / "w1", cameras=CAMERA, workers=1, progress=False, **kw),
-            "w2_cold": lambda: mjarchive.render(archive, tmp / "w2", cameras=CAMERA, workers=2, progress=False, **kw),
+            "w1": lambda: mjarchive.render(archive, tmp / "w1", cameras=CAMERA, workers=1, progress=False,
+                                           resume=False, **kw),
+            "w2_cold": lambda: mjarchive.render(archive, tmp / "w2", cameras=CAMERA, workers=2, progress=False,
+                                                resume=False, **kw),
             "w2_pool": lambda: mjarchive.render(archive, tmp / "w2p", cameras=CAMERA, executor=pool, workers=2,
-                                                progress=False, **kw),
+                                                progress=False, resume=False, **kw),
         }
         variants["iter"]()
         variants["w2_pool"]()  # start the pool's workers and build their renderers, untimed
@@ -155,7 +157,7 @@ def child(kind: str, archive: str, frames: int, size: tuple[int, int], out: str)
     t = time.perf_counter()
     if kind in ("ours", "ours_w2"):
         mjarchive.render(archive, out, frames=slice(0, frames), cameras=CAMERA, size=size, quality="fast",
-                         workers=1 if kind == "ours" else 2, progress=False)
+                         workers=1 if kind == "ours" else 2, progress=False, resume=False)
     else:  # flygym style: every frame in a list, then one encode at the end
         import imageio
 

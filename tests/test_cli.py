@@ -205,7 +205,7 @@ def test_render_writes_exactly_the_selection(archive, tmp_path):
     proc = run_cli("render", archive, "--out", out, "--worlds", "7,42", "--frames", "5:25", "--camera", "side",
                    "--size", "48x64", "--quality", "fast", "--workers", "1", "--no-progress", check=True)
     expected = {"world-0007_cam-side.mp4", "world-0042_cam-side.mp4"}
-    assert {p.name for p in out.iterdir()} == expected
+    assert {p.name for p in out.iterdir()} == expected | {".mjarchive-render.json"}  # + the resume ledger
     assert {Path(line).name for line in proc.stdout.split()} == expected
     for name in expected:
         frames = _decode(out / name)

@@ -299,19 +299,27 @@ def cmd_export_model(args: argparse.Namespace) -> int:
 
 # -- render -----------------------------------------------------------------------------------------
 def cmd_render(args: argparse.Namespace) -> int:
+    import contextlib
+
     import mjarchive
 
-    executor = None
-    # -- distributed rendering (issue #7): --scheduler / --cluster build `executor` here. ----------
-    # -- end of distributed rendering options. ------------------------------------------------------
-    with _open(args.archive, _storage_options(args)) as archive:
+    if args.scheduler and args.cluster:
+        raise MjArchiveError("choose one of --scheduler (an existing Dask scheduler) and --cluster local")
+    with contextlib.ExitStack() as stack:
+        archive = stack.enter_context(_open(args.archive, _storage_options(args)))
         if archive.select(worlds=args.worlds, frames=args.frames).shape[0] == 0:
             raise SelectionError(f"no frames selected: the archive has {archive.n_frames} committed frames; "
                                  "choose a non-empty --frames range (or wait for frames to be committed)")
+        executor = None
+        if args.scheduler or args.cluster:  # distributed rendering on Dask (units run on its workers)
+            from ._cluster import dask_executor
+
+            executor = stack.enter_context(dask_executor(args.scheduler, n_workers=args.workers))
         paths = mjarchive.render(
             archive, args.out, worlds=args.worlds, frames=args.frames, cameras=args.camera, size=args.size,
-            backend=args.backend, workers=args.workers, quality=args.quality, layout=args.layout, fps=args.fps,
-            executor=executor, progress=not args.no_progress, split_episodes=args.split_episodes,
+            backend=args.backend, workers=None if args.scheduler else args.workers, quality=args.quality,
+            layout=args.layout, fps=args.fps, executor=executor, progress=not args.no_progress,
+            split_episodes=args.split_episodes, resume=not args.no_resume,
         )
     for p in paths:
         print(p)
@@ -419,13 +427,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--camera", nargs="+", action="extend", metavar="NAME",
                    help="named camera(s) of the model (default: all named cameras, or the free camera)")
     _add_render_look(p, size_default=(480, 640), quality_default="full")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default one per core)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes, of the local pool or of --cluster local (default one per core)")
     p.add_argument("--layout", choices=("per-world", "grid"), default="per-world",
                    help="per-world: one file per (world, camera); grid: worlds tiled into one video per camera")
     p.add_argument("--split-episodes", action="store_true", help="one file per episode (split at reset markers)")
     p.add_argument("--fps", type=float, default=None, help="video frame rate (default: the archive's output_fps)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    # -- distributed rendering options (issue #7) go here: --scheduler tcp://HOST:PORT, --cluster local.
+    p.add_argument("--no-resume", action="store_true",
+                   help="render every video again, even those a previous run of the same request finished "
+                        "(recorded in DIR/.mjarchive-render.json)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="render on an existing dask.distributed scheduler's workers (they open the archive "
+                        "by its path or URL themselves)")
+    p.add_argument("--cluster", choices=("local",),
+                   help="local: start a Dask cluster on this machine (--workers processes, one thread each, "
+                        "on 127.0.0.1) and render on it")
     _add_storage(p)
     p.set_defaults(func=cmd_render)
 

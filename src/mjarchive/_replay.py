@@ -29,6 +29,7 @@ import numpy as np
 from ._errors import MjArchiveError, SelectionError
 from ._reader import Archive
 from ._render_cpu import FREE_CAMERA, QUALITIES, CpuRenderer, gl_renderer_name
+from ._resume import RenderLedger, partial_path, request_key
 from ._store import is_url, local_path
 from ._video import GridComposer, VideoWriter, camera_label, video_name
 
@@ -40,6 +41,8 @@ UNIT_BYTES = {"cpu": 32 * 2**20, "warp": 256 * 2**20}
 #: Frames one CPU unit holds at most: small units balance workers; each costs one chunk read.
 CPU_UNIT_FRAMES = 32
 _CACHE_SIZE = 4
+#: Encoder settings of every video (part of the resume key: other settings, other files).
+VIDEO_ENCODER = {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +366,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
            cameras: Any = None, size: tuple[int, int] = (480, 640), backend: str = "cpu",
            workers: int | None = None, quality: str = "full", layout: str = "per-world",
            fps: float | None = None, executor: Executor | None = None, progress: bool = True,
-           split_episodes: bool = False, model: Any = None, storage_options: dict | None = None) -> list[Path]:
+           split_episodes: bool = False, model: Any = None, storage_options: dict | None = None,
+           resume: bool = True) -> list[Path]:
     """Render selected worlds and frames of an archive to mp4 files in `out_dir`; returns their paths.
 
     archive: an `Archive`, a path or a URL (with `storage_options`). worlds: original world IDs
@@ -377,6 +381,9 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     labelled). fps: default the archive's output_fps. executor: any concurrent.futures.Executor
     to run the work units on. split_episodes: one file per episode (`..._ep-003.mp4`).
     model: a replay model (MjModel, ModelBundle, MJCF path or MjSpec), layout-checked.
+    resume: skip videos that the same request already finished in `out_dir` (recorded in
+    `out_dir/.mjarchive-render.json`; each video is written under a temporary name and renamed
+    when complete); False renders them again. All paths are returned either way.
     """
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
@@ -401,7 +408,25 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                              layout=layout, split_episodes=split_episodes, model_mjb=mjb, out_dir=out,
                              model=replay_model)
         out.mkdir(parents=True, exist_ok=True)
+        fps = float(fps or arch.output_fps or 30.0)
+        ledger = RenderLedger(out, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER), {
+            "archive": str(arch.location), "worlds": [int(w) for w in sorted({w for o in outputs for w in o.world_ids})],
+            "cameras": [label for _, label in cams], "size": list(size), "quality": quality, "backend": backend,
+            "layout": layout, "fps": fps})
+        all_paths = [o.path for o in outputs]
+        if resume:
+            todo = [o for o in outputs if not ledger.is_done(o.path)]
+            if len(todo) < len(outputs):
+                print(f"mjarchive: skipped {len(outputs) - len(todo)} of {len(outputs)} outputs already rendered "
+                      f"in {out} (resume=False / --no-resume renders them again)", file=sys.stderr)
+            outputs = todo
+        if not outputs:
+            return all_paths
         n_units = sum(len(o.units) for o in outputs)
+        if workers is None and executor is not None:
+            from ._cluster import executor_slots
+
+            workers = executor_slots(executor)
         if workers is None:
             workers = (os.cpu_count() or 1) if backend == "cpu" else 1
         workers = max(1, min(int(workers), max(1, n_units)))
@@ -414,10 +439,12 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         elif executor is None:
             _seed_in_process(arch, location, storage_options)
         try:
-            return _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
-                                  fps=float(fps or arch.output_fps or 30.0), size=size, progress=progress,
-                                  hint=(backend == "cpu" and quality == "full"))
+            _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
+                           fps=fps, size=size, progress=progress, hint=(backend == "cpu" and quality == "full"),
+                           on_done=ledger.mark_done)
+            return all_paths
         finally:
+            ledger.flush()  # also when interrupted: what finished stays finished
             if own_pool is not None:
                 own_pool.shutdown(wait=True, cancel_futures=True)
             if executor is None:  # the caller's Archive was lent to the in-process cache
@@ -438,7 +465,9 @@ def _check_size(size: Any) -> tuple[int, int]:
 
 
 def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, fps: float,
-                   size: tuple[int, int], progress: bool, hint: bool) -> list[Path]:
+                   size: tuple[int, int], progress: bool, hint: bool, on_done=None) -> list[Path]:
+    """Consume unit results in order and encode each output; a video is written under a temporary
+    name and renamed when complete, then reported to `on_done(path, n_frames)`."""
     from tqdm.auto import tqdm
 
     total = sum(len(u.frames) for o in outputs for u in o.units)
@@ -446,33 +475,44 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
     results = _run_ordered(units, executor, window)
     paths: list[Path] = []
     hinted = not (hint and progress)
-    with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
-        for o in outputs:
-            if len(o.world_ids) > 1 or o.grid_block:
-                composer = GridComposer(o.world_ids, size)
-                with VideoWriter(o.path, composer.out_size, fps) as video:
-                    canvas, filled = None, 0
-                    for i in range(len(o.units)):
-                        r = next(results)
-                        if canvas is None:
-                            canvas, filled = composer.canvas(len(r.frames)), 0
-                        composer.paste(canvas, r.world_id, r.rgb)
-                        filled += 1
-                        bar.update(len(r.frames))
-                        hinted = hinted or _hint_once(r)
-                        if filled == len(o.world_ids):
-                            for frame in canvas:
-                                video.write(frame)
-                            canvas = None
-            else:
-                with VideoWriter(o.path, size, fps) as video:
-                    for _ in o.units:
-                        r = next(results)
-                        for frame in r.rgb:
-                            video.write(frame)
-                        bar.update(len(r.frames))
-                        hinted = hinted or _hint_once(r)
-            paths.append(o.path)
+    try:
+        with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
+            for o in outputs:
+                tmp = partial_path(o.path)
+                try:
+                    if len(o.world_ids) > 1 or o.grid_block:
+                        composer = GridComposer(o.world_ids, size)
+                        with VideoWriter(tmp, composer.out_size, fps, crf=VIDEO_ENCODER["crf"]) as video:
+                            canvas, filled = None, 0
+                            for i in range(len(o.units)):
+                                r = next(results)
+                                if canvas is None:
+                                    canvas, filled = composer.canvas(len(r.frames)), 0
+                                composer.paste(canvas, r.world_id, r.rgb)
+                                filled += 1
+                                bar.update(len(r.frames))
+                                hinted = hinted or _hint_once(r)
+                                if filled == len(o.world_ids):
+                                    for frame in canvas:
+                                        video.write(frame)
+                                    canvas = None
+                    else:
+                        with VideoWriter(tmp, size, fps, crf=VIDEO_ENCODER["crf"]) as video:
+                            for _ in o.units:
+                                r = next(results)
+                                for frame in r.rgb:
+                                    video.write(frame)
+                                bar.update(len(r.frames))
+                                hinted = hinted or _hint_once(r)
+                    os.replace(tmp, o.path)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+                if on_done is not None:
+                    on_done(o.path, o.n_frames)
+                paths.append(o.path)
+    finally:
+        results.close()  # cancels units still in flight when encoding stopped early
     return paths
 
 
