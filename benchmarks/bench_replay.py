@@ -10,7 +10,10 @@ same run:
 3. vs a flygym-style baseline (one process, every frame kept in RAM, encoded at the end): wall
    time and peak RSS of fresh child processes at two video lengths;
 4. Warp backend vs a raw mujoco_warp loop (put_data nworld=B; kinematics, com_pos, camlight,
-   refit_bvh, render, read rgb) over the same frames, on Warp's "cpu" device or `--device cuda`.
+   refit_bvh, render, read rgb) over the same frames, on Warp's "cpu" device or `--device cuda`;
+5. Warp packing (`--only warp_pack`): 16 worlds x 24 frames, (world, frame) states of several worlds
+   packed into each launch (`iter_frames`) vs one world per launch (the per-world units rendered one
+   by one, each with nworld = its 24 frames, as before packing).
 
 Defaults take ~3-5 min on 2 cores. For the issue's full sizes:
 `--rss-frames 1000,10000 --rss-size 480x640` (the baseline then needs ~9 GB of RAM).
@@ -51,6 +54,8 @@ class Workload:
     warp_size: tuple[int, int] = (96, 128)
     warp_device: str = "cpu"
     repeats: int = 2
+    pack_worlds: int = 16
+    pack_frames: int = 24
 
 
 def humanoid_xml() -> Path:
@@ -268,6 +273,64 @@ def bench_warp(w: Workload, archive: Path) -> None:
     print(f"ratio_warp_ours_vs_raw: {raw / mine:.2f}  (steady state: contexts built before timing)")
 
 
+def make_multi_archive(path: Path, worlds: int, frames: int) -> Path:
+    """Simulate `worlds` humanoids (different random initial velocities), record `frames` frames."""
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml()))
+    rng = np.random.default_rng(1)
+    datas = [mujoco.MjData(model) for _ in range(worlds)]
+    for d in datas:
+        d.qvel[:] = rng.normal(scale=0.5, size=model.nv)
+    steps = max(1, round(1 / 30 / model.opt.timestep))
+    with mjarchive.create(path, humanoid_xml(), n_worlds=worlds, overwrite=True) as w:
+        for f in range(frames):
+            for d in datas:
+                for _ in range(steps):
+                    mujoco.mj_step(model, d)
+            w.append(f / 30, np.stack([d.qpos for d in datas]))
+    return path
+
+
+def bench_warp_pack(w: Workload, tmp: Path) -> None:
+    """The same per-world units, rendered packed (`_unit_results`: several worlds per launch,
+    nworld = the default batch) and one unit per launch (`render_unit`, nworld = frames per unit)."""
+    from mjarchive._render_warp import batch_size
+    from mjarchive._replay import UNIT_BYTES, RenderUnit, _unit_results, render_unit
+
+    archive = make_multi_archive(tmp / "multi.mjarchive", w.pack_worlds, w.pack_frames)
+    backend = f"warp:{w.warp_device}"
+    n = w.pack_worlds * w.pack_frames
+    with mjarchive.open(archive) as a:
+        model = a.model()
+        world_ids = list(a.world_ids)
+    cam = model.camera(CAMERA).id
+    h, wd = w.warp_size  # the batch render() plans for this selection:
+    batch = min(batch_size(model, w.warp_size, w.warp_device), max(1, UNIT_BYTES["warp"] // (h * wd * 3)), n)
+
+    def units(warp_batch: int) -> list:
+        return [RenderUnit(str(archive), None, wid, cam, tuple(range(w.pack_frames)), w.warp_size, "fast", backend,
+                           warp_batch=warp_batch) for wid in world_ids]
+
+    def packed():
+        for _ in _unit_results(units(batch), None, 1):
+            pass
+
+    def one_world():  # one world per launch: what planning did before packing (nworld = frames per unit)
+        for u in units(w.pack_frames):
+            render_unit(u)
+
+    packed()  # build both cached renderers (and compile kernels) untimed
+    one_world()
+    t_one, t_packed = [], []
+    for _ in range(w.repeats):  # interleaved
+        t_one.append(best(one_world, 1))
+        t_packed.append(best(packed, 1))
+    print(f"warp_pack: {w.pack_worlds} worlds x {w.pack_frames} frames  size: {w.warp_size[0]}x{w.warp_size[1]}  "
+          f"device: {w.warp_device}  packed batch: {batch}")
+    print(f"warp_one_world_batches_fps: {n / min(t_one):.1f}")
+    print(f"warp_packed_fps: {n / min(t_packed):.1f}")
+    print(f"ratio_warp_packed_vs_one_world: {min(t_one) / min(t_packed):.2f}")
+
+
 def _size(s: str) -> tuple[int, int]:
     h, w = s.lower().split("x")
     return int(h), int(w)
@@ -286,7 +349,9 @@ def main() -> None:
     p.add_argument("--lp-threads", type=int, default=1,
                    help="Mesa llvmpipe raster threads per process (0: Mesa's default, one per core); 1 makes "
                         "`workers` the only parallelism, as on a GPU driver")
-    p.add_argument("--only", choices=["throughput", "rss", "warp"], action="append")
+    p.add_argument("--pack-worlds", type=int, default=Workload.pack_worlds)
+    p.add_argument("--pack-frames", type=int, default=Workload.pack_frames)
+    p.add_argument("--only", choices=["throughput", "rss", "warp", "warp_pack"], action="append")
     p.add_argument("--child", choices=["ours", "ours_w2", "flygym"], help=argparse.SUPPRESS)
     p.add_argument("--archive", help=argparse.SUPPRESS)
     p.add_argument("--child-frames", type=int, help=argparse.SUPPRESS)
@@ -300,11 +365,14 @@ def main() -> None:
         return
     rss_frames = tuple(int(x) for x in args.rss_frames.split(","))
     w = Workload(args.frames, args.size, "fast", rss_frames, args.rss_size, args.warp_frames, args.warp_size,
-                 args.device, args.repeats)
-    only = set(args.only or ["throughput", "rss", "warp"])
+                 args.device, args.repeats, args.pack_worlds, args.pack_frames)
+    only = set(args.only or ["throughput", "rss", "warp", "warp_pack"])
     print(f"workload: {w}  LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'default')}")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if only == {"warp_pack"}:
+            bench_warp_pack(w, tmp)
+            return
         archive = make_archive(tmp / "humanoid.mjarchive", max(w.frames, max(w.rss_frames), w.warp_frames))
         if "throughput" in only:
             bench_throughput(w, archive, tmp)
@@ -312,6 +380,8 @@ def main() -> None:
             bench_rss(w, archive, tmp)
         if "warp" in only:
             bench_warp(w, archive)
+        if "warp_pack" in only:
+            bench_warp_pack(w, tmp)
 
 
 if __name__ == "__main__":

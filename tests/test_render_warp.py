@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
 import mujoco
 import numpy as np
 import pytest
@@ -99,3 +102,114 @@ def test_warp_batches_smaller_than_unit_give_same_frames(humanoid_archive):
 def test_warp_free_camera_is_refused_with_hint(humanoid_archive):
     with pytest.raises(mjarchive.BackendError, match="backend='cpu'"):
         next(mjarchive.iter_frames(humanoid_archive, camera="free", size=SIZE, backend="warp:cpu"))
+
+
+# -- packing (world, frame) states of several worlds into one batch ---------------------------------------
+
+PACK_WORLDS = [2, 5, 7]
+PACK_FRAMES = 5
+PACK_CHUNK = 2  # stored chunks {0, 1}, {2, 3}, {4}: packed batches cross worlds and chunks
+
+
+@pytest.fixture(scope="module")
+def multi_world_archive(tmp_path_factory, humanoid_xml):
+    path = tmp_path_factory.mktemp("warp-pack") / "humanoid.mjarchive"
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    rng = np.random.default_rng(2)
+    datas = [mujoco.MjData(model) for _ in PACK_WORLDS]
+    for d in datas:
+        d.qvel[:] = rng.normal(scale=1.5, size=model.nv)
+    with mjarchive.create(path, humanoid_xml, world_ids=PACK_WORLDS, dtype="float64", chunk_frames=PACK_CHUNK) as w:
+        for _ in range(PACK_FRAMES):
+            for d in datas:
+                for _ in range(10):
+                    mujoco.mj_step(model, d)
+            w.append(datas[0].time, np.stack([d.qpos for d in datas]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_world_batches(multi_world_archive):
+    """Reference: every (world, chunk) unit rendered on its own, one world per launch (camera 'side')."""
+    from mjarchive._replay import RenderUnit, render_unit
+
+    out = {}
+    for wid in PACK_WORLDS:
+        for s in range(0, PACK_FRAMES, PACK_CHUNK):
+            frames = tuple(range(s, min(s + PACK_CHUNK, PACK_FRAMES)))
+            r = render_unit(RenderUnit(str(multi_world_archive), None, wid, 1, frames, SIZE, "fast", "warp:cpu",
+                                       warp_batch=PACK_CHUNK))
+            out.update({(wid, f): rgb for f, rgb in zip(r.frames, r.rgb)})
+    return out
+
+
+@pytest.mark.parametrize("warp_batch", [None, 4])
+def test_packed_batches_give_the_same_pixels_as_one_world_batches(multi_world_archive, one_world_batches,
+                                                                  warp_batch):
+    got = list(mjarchive.iter_frames(multi_world_archive, camera="side", size=SIZE, quality="fast",
+                                     backend="warp:cpu", warp_batch=warp_batch))
+    assert [(w, f) for w, f, _ in got] == [(w, f) for w in PACK_WORLDS for f in range(PACK_FRAMES)]
+    for wid, f, rgb in got:
+        np.testing.assert_array_equal(rgb, one_world_batches[wid, f], err_msg=f"world {wid} frame {f}")
+    # The worlds differ (else packing mix-ups would go unnoticed).
+    assert np.abs(got[0][2].astype(int) - got[PACK_FRAMES][2]).max() > 50
+
+
+def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_batches, monkeypatch):
+    from mjarchive._reader import Archive
+    from mjarchive._render_warp import pack, render_packed, unpack
+    from mjarchive._replay import RenderUnit
+
+    reads = []
+    select = Archive.select
+
+    def recording_select(self, worlds=None, frames=None):
+        reads.append((list(worlds), frames))
+        return select(self, worlds, frames)
+
+    monkeypatch.setattr(Archive, "select", recording_select)
+
+    units = [RenderUnit(str(multi_world_archive), None, wid, 1, fr, SIZE, "fast", "warp:cpu", warp_batch=4)
+             for wid, fr in [(7, (4,)), (2, (0, 1)), (5, (2, 3)), (2, (2, 3)), (7, (0, 1))]]
+    packed = list(pack(units, 3))
+    assert [sum(len(fr) for _, fr in p.segments) for p in packed] == [3, 3, 3]  # units split across tasks
+    assert [p.segments for p in packed] == [((7, (4,)), (2, (0, 1))), ((5, (2, 3)), (2, (2,))),
+                                            ((2, (3,)), (7, (0, 1)))]
+    pieces = list(unpack(units, (render_packed(p) for p in packed)))
+    assert [u for u, _ in pieces] == units
+    # One read per (stored chunk, world set) of each packed unit: chunks are {0, 1}, {2, 3}, {4}.
+    assert reads == [([7], slice(4, 5)), ([2], slice(0, 2)), ([2, 5], slice(2, 4)), ([2], slice(3, 4)),
+                     ([7], slice(0, 2))]
+    for u, rgb in pieces:
+        assert rgb.shape == (len(u.frames), *SIZE, 3)
+        for f, img in zip(u.frames, rgb):
+            np.testing.assert_array_equal(img, one_world_batches[u.world_id, f])
+    # A camera change starts a new packed unit: one camera per launch.
+    other = dataclasses.replace(units[1], camera=2)
+    assert [p.camera for p in pack([units[0], other, units[2]], 8)] == [1, 2, 1]
+
+
+def test_render_output_does_not_depend_on_packing(multi_world_archive, tmp_path):
+    import imageio.v2 as iio
+
+    def videos(out, **kw):
+        paths = mjarchive.render(multi_world_archive, out, cameras=["side", "back"], size=SIZE, quality="fast",
+                                 backend="warp:cpu", progress=False, **kw)
+        frames = {}
+        for p in paths:
+            with iio.get_reader(p, format="FFMPEG") as reader:
+                frames[p.name] = np.stack([f for f in reader])  # list(reader) asks len(): infinite
+        return [p.name for p in paths], frames
+
+    names, packed = videos(tmp_path / "packed")
+    assert names == [f"world-{w:04d}_cam-{c}.mp4" for w in PACK_WORLDS for c in ("side", "back")]
+    names_one, one = videos(tmp_path / "one", warp_batch=1)
+    names_pool, pool = videos(tmp_path / "pool", warp_batch=3, executor=ThreadPoolExecutor(1))
+    assert names_one == names_pool == names
+    for name in names:
+        assert packed[name].shape[0] == PACK_FRAMES
+        np.testing.assert_array_equal(packed[name], one[name], err_msg=name)
+        np.testing.assert_array_equal(packed[name], pool[name], err_msg=name)
+    with pytest.raises(mjarchive.MjArchiveError, match="warp_batch"):
+        mjarchive.render(multi_world_archive, tmp_path / "bad", cameras=["side"], size=SIZE, backend="warp:cpu",
+                         warp_batch=0, progress=False)

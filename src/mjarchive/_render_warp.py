@@ -1,19 +1,29 @@
 """MuJoCo Warp replay backend: batches of archived states rendered by the Warp ray tracer.
 
-Imported only when `backend="warp"` is chosen, so CPU-only code never imports Warp. Each batch
-puts up to `nworld` archived (world, frame) states into the Warp data's world axis, runs the
-position stages (kinematics, subtree COM, tendons/flexes when drawn, cameras and lights), refits
-the scene BVH and renders only the one requested camera.
+Imported only when `backend="warp"` is chosen, and Warp itself only when a renderer is built, so
+CPU-only code never imports Warp. Each batch puts up to `nworld` archived (world, frame) states
+into the Warp data's world axis, runs the position stages (kinematics, subtree COM,
+tendons/flexes when drawn, cameras and lights), refits the scene BVH and renders only the one
+requested camera.
+
+Packing: the parent turns its ordered stream of per-video work units (`_replay.RenderUnit`: one
+world, one camera, frames of one stored chunk) into `PackedUnit`s that fill every batch slot with
+(world, frame) states of consecutive videos, so few frames per world or many worlds do not leave
+most of a launch empty; `unpack` splits the packed pixels back into per-video pieces, in order.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
 
 import mujoco
 import numpy as np
 
 from ._errors import BackendError, ClosedError
 
-__all__ = ["WarpRenderer", "default_device", "batch_size"]
+__all__ = ["WarpRenderer", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
+           "unpack"]
 
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
 DEFAULT_MEMORY_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
@@ -138,3 +148,122 @@ class WarpRenderer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# -- packing (world, frame) states of several videos into batches ------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PackedUnit:
+    """One Warp task: (world_id, frames) segments of one camera, rendered `warp_batch` states per
+    launch. Segments come from consecutive per-video units; each lies inside one stored chunk.
+    The other fields mean what they mean on `_replay.RenderUnit`."""
+
+    location: str
+    storage_options: dict | None
+    camera: int
+    segments: tuple[tuple[int, tuple[int, ...]], ...]
+    size: tuple[int, int]
+    quality: str
+    backend: str
+    model_mjb: bytes | None = None
+    warp_batch: int | None = None
+
+    @property
+    def frames(self) -> tuple[int, ...]:
+        """Every segment's frame indices, concatenated (for a live archive's refresh check)."""
+        return tuple(f for _, fr in self.segments for f in fr)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedResult:
+    """Pixels of a PackedUnit: rgb (n_states, H, W, 3) uint8, segment after segment."""
+
+    camera: int
+    segments: tuple[tuple[int, tuple[int, ...]], ...]
+    rgb: np.ndarray
+
+
+def pack(units: Iterable, capacity: int) -> Iterator[PackedUnit]:
+    """Pack the frames of `_replay.RenderUnit`s, in order, into PackedUnits of at most `capacity`
+    states each (a unit may be split across two); a camera change starts a new PackedUnit."""
+    segments: list[tuple[int, tuple[int, ...]]] = []
+    count, first = 0, None
+
+    def flush() -> PackedUnit:
+        return PackedUnit(first.location, first.storage_options, first.camera, tuple(segments), first.size,
+                          first.quality, first.backend, first.model_mjb, first.warp_batch)
+
+    for u in units:
+        if first is not None and (u.camera, u.location, u.size, u.quality, u.backend, u.model_mjb, u.warp_batch) != (
+                first.camera, first.location, first.size, first.quality, first.backend, first.model_mjb,
+                first.warp_batch):
+            yield flush()
+            segments, count, first = [], 0, None
+        i = 0
+        while i < len(u.frames):
+            if first is None:
+                first = u
+            take = min(len(u.frames) - i, capacity - count)
+            segments.append((int(u.world_id), tuple(u.frames[i:i + take])))
+            count, i = count + take, i + take
+            if count == capacity:
+                yield flush()
+                segments, count, first = [], 0, None
+    if segments:
+        yield flush()
+
+
+def unpack(units: Iterable, packed: Iterator[PackedResult]) -> Iterator[tuple[object, np.ndarray]]:
+    """(unit, rgb (len(unit.frames), H, W, 3)) for each unit that `pack(units, ...)` packed, in
+    order, cut from the packed results (consumed lazily: at most one is held at a time)."""
+    cur, pos = None, 0
+    for u in units:
+        need, parts = len(u.frames), []
+        while need:
+            if cur is None or pos == len(cur):
+                cur, pos = next(packed).rgb, 0
+            take = min(need, len(cur) - pos)
+            parts.append(cur[pos:pos + take])
+            pos, need = pos + take, need - take
+        yield u, parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def render_packed(unit: PackedUnit) -> PackedResult:
+    """Render one PackedUnit (runs in any process): one archive read per (stored chunk, world set)
+    it touches, then batches of `warp_batch` states; returns the pixels in segment order."""
+    from ._replay import _archive_for, _model_for, _renderer_for
+
+    archive = _archive_for(unit)
+    model = _model_for(unit, archive)
+    cf = archive.manifest.chunk_frames
+    n = sum(len(fr) for _, fr in unit.segments)
+    qpos = np.empty((n, model.nq), np.float64)
+    mocap_pos = np.empty((n, model.nmocap, 3), np.float64) if model.nmocap else None
+    mocap_quat = np.empty((n, model.nmocap, 4), np.float64) if model.nmocap else None
+    offsets = np.cumsum([0] + [len(fr) for _, fr in unit.segments])
+    by_chunk: dict[int, list[int]] = {}
+    for k, (_, fr) in enumerate(unit.segments):
+        by_chunk.setdefault(fr[0] // cf, []).append(k)
+    for ks in by_chunk.values():
+        worlds = sorted({unit.segments[k][0] for k in ks}, key=archive.world_index)
+        lo = min(unit.segments[k][1][0] for k in ks)
+        hi = max(unit.segments[k][1][-1] for k in ks)
+        col = {wid: i for i, wid in enumerate(worlds)}
+        sel = archive.select(worlds=worlds, frames=slice(lo, hi + 1))
+        q = sel.qpos
+        mp, mq = (sel.mocap_pos, sel.mocap_quat) if model.nmocap else (None, None)
+        for k in ks:
+            wid, fr = unit.segments[k]
+            rows, c, dst = np.asarray(fr) - lo, col[wid], slice(offsets[k], offsets[k + 1])
+            qpos[dst] = q[rows, c]
+            if mp is not None:
+                mocap_pos[dst] = mp[rows, c]
+                mocap_quat[dst] = mq[rows, c]
+    renderer = _renderer_for(unit, archive, model)
+    h, w = unit.size
+    rgb = np.empty((n, h, w, 3), np.uint8)
+    for s in range(0, n, renderer.nworld):
+        e = min(n, s + renderer.nworld)
+        rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
+                                         None if mocap_quat is None else mocap_quat[s:e], unit.camera)
+    return PackedResult(unit.camera, unit.segments, rgb)

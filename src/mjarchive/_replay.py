@@ -5,7 +5,9 @@ A work unit is plain data (archive location, one world, one camera, frames insid
 chunk, size, quality, backend). `render_unit` is a top-level function, so any
 `concurrent.futures.Executor` can run it; each worker process opens the archive itself, reads only
 its unit's slice and caches model and renderer. The parent keeps at most a window of units in
-flight and consumes results in order, so memory does not grow with video length.
+flight and consumes results in order, so memory does not grow with video length. On the Warp
+backend the parent packs the (world, frame) states of consecutive units into full batches
+(`_render_warp.PackedUnit`) and cuts the pixels back into per-unit pieces, in order.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -240,8 +242,10 @@ class _Output:
 def plan_units(archive: Archive, *, location: str, storage_options: dict | None, worlds: Any, frames: Any,
                cameras: list[tuple[int, str]], size: tuple[int, int], quality: str, backend: str,
                layout: str, split_episodes: bool, model_mjb: bytes | None, out_dir: Path,
-               model: mujoco.MjModel, unit_bytes: int | None = None) -> list[_Output]:
-    """Every output video with its ordered work units."""
+               model: mujoco.MjModel, unit_bytes: int | None = None,
+               warp_batch: int | None = None) -> list[_Output]:
+    """Every output video with its ordered work units. warp_batch: states per Warp launch
+    (default: what the device's memory budget allows, capped by the selection's size)."""
     sel = archive.select(worlds=worlds, frames=frames)
     world_ids = list(sel.world_ids)
     frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
@@ -254,12 +258,18 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
     h, w = size
     budget = unit_bytes or UNIT_BYTES["cpu" if backend == "cpu" else "warp"]
 
-    warp_batch = None
-    if backend != "cpu":  # Warp renders all nworld slots per launch: size the batch to the units
+    if backend == "cpu":
+        warp_batch = None
+    elif warp_batch is not None:
+        if isinstance(warp_batch, bool) or not isinstance(warp_batch, (int, np.integer)) or warp_batch < 1:
+            raise MjArchiveError(f"warp_batch must be a positive number of states per launch, got {warp_batch!r}")
+        warp_batch = int(warp_batch)
+    else:  # Warp renders all nworld slots per launch, packed across worlds: no more than the selection
         from ._render_warp import batch_size, default_device
 
         device = backend.partition(":")[2] or default_device()
-        warp_batch = min(batch_size(model, size, device), cf, max(1, budget // (h * w * 3)), max(1, len(frame_idx)))
+        warp_batch = min(batch_size(model, size, device), max(1, budget // (h * w * 3)),
+                         max(1, len(frame_idx) * len(world_ids)))
 
     def unit(world_id: int, camera: int, part: tuple[int, ...]) -> RenderUnit:
         return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
@@ -294,16 +304,16 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
 
 # -- orchestration ----------------------------------------------------------------------------
 
-def _run_ordered(units: Sequence[RenderUnit], executor: Executor | None, window: int) -> Iterator[UnitResult]:
-    """Results in unit order, with at most `window` units submitted but not yet consumed."""
+def _run_ordered(units: Iterable[Any], executor: Executor | None, window: int, fn=render_unit) -> Iterator[Any]:
+    """`fn(unit)` results in unit order, with at most `window` units submitted but not yet consumed."""
     if executor is None:
         for u in units:
-            yield render_unit(u)
+            yield fn(u)
         return
     pending: collections.deque = collections.deque()
     try:
         for u in units:
-            pending.append(executor.submit(render_unit, u))
+            pending.append(executor.submit(fn, u))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
@@ -311,6 +321,27 @@ def _run_ordered(units: Sequence[RenderUnit], executor: Executor | None, window:
     finally:
         for f in pending:
             f.cancel()
+
+
+def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window: int) -> Iterator[UnitResult]:
+    """Results of `units` in order. Warp: their states are packed into full batches across units
+    (several worlds per launch), rendered as PackedUnits and cut back into per-unit results."""
+    if not units or units[0].backend == "cpu" or units[0].warp_batch is None:
+        yield from _run_ordered(units, executor, window)
+        return
+    from ._render_warp import pack, render_packed, unpack
+
+    batch = units[0].warp_batch
+    h, w = units[0].size
+    # In this process: many launches per task (fewer, larger reads); on an executor: one launch per
+    # task, so several workers share the work.
+    per_task = batch if executor is not None else batch * max(1, UNIT_BYTES["warp"] // (h * w * 3) // batch)
+    packed = _run_ordered(pack(units, per_task), executor, window, fn=render_packed)
+    try:
+        for u, rgb in unpack(units, packed):
+            yield UnitResult(u.world_id, u.camera, u.frames, rgb)
+    finally:
+        packed.close()
 
 
 def _open_archive(archive: Any, storage_options: dict | None) -> tuple[Archive, bool]:
@@ -367,7 +398,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
            workers: int | None = None, quality: str = "full", layout: str = "per-world",
            fps: float | None = None, executor: Executor | None = None, progress: bool = True,
            split_episodes: bool = False, model: Any = None, storage_options: dict | None = None,
-           resume: bool = True) -> list[Path]:
+           resume: bool = True, warp_batch: int | None = None) -> list[Path]:
     """Render selected worlds and frames of an archive to mp4 files in `out_dir`; returns their paths.
 
     archive: an `Archive`, a path or a URL (with `storage_options`). worlds: original world IDs
@@ -384,6 +415,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     resume: skip videos that the same request already finished in `out_dir` (recorded in
     `out_dir/.mjarchive-render.json`; each video is written under a temporary name and renamed
     when complete); False renders them again. All paths are returned either way.
+    warp_batch: (world, frame) states per Warp launch, packed across worlds (default: what the
+    device's memory budget allows); the pixels do not depend on it.
     """
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
@@ -406,7 +439,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
                              frames=frames, cameras=cams, size=size, quality=quality, backend=backend,
                              layout=layout, split_episodes=split_episodes, model_mjb=mjb, out_dir=out,
-                             model=replay_model)
+                             model=replay_model, warp_batch=warp_batch)
         out.mkdir(parents=True, exist_ok=True)
         fps = float(fps or arch.output_fps or 30.0)
         ledger = RenderLedger(out, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER), {
@@ -422,6 +455,9 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             outputs = todo
         if not outputs:
             return all_paths
+        if backend != "cpu":  # camera by camera: one camera per launch, so consecutive worlds pack together
+            order = {cam: k for k, (cam, _) in enumerate(cams)}
+            outputs = sorted(outputs, key=lambda o: order[o.camera])
         n_units = sum(len(o.units) for o in outputs)
         if workers is None and executor is not None:
             from ._cluster import executor_slots
@@ -472,7 +508,7 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
 
     total = sum(len(u.frames) for o in outputs for u in o.units)
     units = [u for o in outputs for u in o.units]
-    results = _run_ordered(units, executor, window)
+    results = _unit_results(units, executor, window)
     paths: list[Path] = []
     hinted = not (hint and progress)
     try:
@@ -525,9 +561,11 @@ def _hint_once(result: UnitResult) -> bool:
 
 def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera: Any = None,
                 size: tuple[int, int] = (480, 640), backend: str = "cpu", quality: str = "full",
-                model: Any = None, storage_options: dict | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+                model: Any = None, storage_options: dict | None = None,
+                warp_batch: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (world_id, frame_index, rgb (H, W, 3) uint8) for the selection, world by world, in this
-    process. camera: a name, id or 'free' (default: the first named camera, else the free camera)."""
+    process. camera: a name, id or 'free' (default: the first named camera, else the free camera).
+    warp_batch: states per Warp launch, packed across worlds (default: from a memory budget)."""
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
     size = _check_size(size)
@@ -542,12 +580,14 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
             outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
                                  frames=frames, cameras=[cam], size=size, quality=quality, backend=backend,
                                  layout="per-world", split_episodes=False, model_mjb=mjb, out_dir=Path("."),
-                                 model=replay_model)
-            for o in outputs:
-                for u in o.units:
-                    r = render_unit(u)
+                                 model=replay_model, warp_batch=warp_batch)
+            results = _unit_results([u for o in outputs for u in o.units], None, 1)
+            try:
+                for r in results:
                     for f, rgb in zip(r.frames, r.rgb):
                         yield r.world_id, f, rgb
+            finally:
+                results.close()
         finally:
             _cache("archives").pop((location, _options_key(storage_options)), None)
     finally:
