@@ -39,6 +39,25 @@ def _import():
     return wp, mjw
 
 
+_UNPACK_KERNEL = None
+
+
+def _unpack_rgb_kernel(wp):
+    """A Warp kernel turning packed 0xAARRGGBB pixels (the first camera's) into uint8 RGB."""
+    global _UNPACK_KERNEL
+    if _UNPACK_KERNEL is None:
+        @wp.kernel
+        def unpack_rgb(packed: wp.array2d(dtype=wp.uint32), rgb: wp.array3d(dtype=wp.uint8)):
+            i, j = wp.tid()
+            p = packed[i, j]
+            rgb[i, j, 0] = wp.uint8((p >> wp.uint32(16)) & wp.uint32(255))
+            rgb[i, j, 1] = wp.uint8((p >> wp.uint32(8)) & wp.uint32(255))
+            rgb[i, j, 2] = wp.uint8(p & wp.uint32(255))
+
+        _UNPACK_KERNEL = unpack_rgb
+    return _UNPACK_KERNEL
+
+
 def default_device() -> str:
     """'cuda' when Warp sees a GPU, else Warp's 'cpu' device."""
     wp, _ = _import()
@@ -81,6 +100,7 @@ class WarpRenderer:
         except Exception as exc:
             raise BackendError(f"MuJoCo Warp could not load the model on device {self.device!r}: {exc}") from None
         self._contexts: dict[int, object] = {}
+        self._rgb = None  # (nworld, H*W, 3) uint8 on the device, allocated on first use
         self._closed = False
 
     def _context(self, camera: int):
@@ -134,14 +154,18 @@ class WarpRenderer:
             mjw.camlight(self.m, self.d)
             mjw.refit_bvh(self.m, self.d, rc)
             mjw.render(self.m, self.d, rc)
-            packed = rc.rgb_data.numpy()[:n]
-        h, w = self.size
-        # Each pixel is packed as 0xAARRGGBB: little-endian bytes B, G, R, A.
-        return np.ascontiguousarray(packed.view(np.uint8)[:, : h * w * 4].reshape(n, h, w, 4)[..., 2::-1])
+            # Unpack on the device and copy only the n used states, 3 bytes a pixel: the host then
+            # receives ready RGB instead of shuffling 4-byte packed pixels itself.
+            h, w = self.size
+            if self._rgb is None:
+                self._rgb = wp.empty((self.nworld, h * w, 3), dtype=wp.uint8)
+            wp.launch(_unpack_rgb_kernel(wp), dim=(n, h * w), inputs=[rc.rgb_data], outputs=[self._rgb])
+            return self._rgb[:n].numpy().reshape(n, h, w, 3)
 
     def close(self) -> None:
         self._closed = True
         self._contexts.clear()
+        self._rgb = None
 
     def __enter__(self) -> WarpRenderer:
         return self
