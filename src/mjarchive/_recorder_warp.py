@@ -3,10 +3,10 @@
 Imported only when a mujoco_warp Data is recorded, so CPU-only code never imports Warp.
 
 Per recorded frame, one small kernel per field writes the selected worlds' rows into a packed
-device block ``(block_frames, k_sel, row)`` (row = nq + 3·nmocap + 4·nmocap + tracks, float32), and
-one asynchronous copy moves that frame's ``k_sel × row`` floats into the matching pinned host block
-(on CUDA; on Warp's "cpu" device the kernel writes straight into the host block, since device
-memory is host memory there). Kernel launches are recorded once and replayed (`wp.Launch`), which
+device block ``(block_frames, k_sel, row)`` (row = nq + 3·nmocap + 4·nmocap + tracks, float32); when
+the block fills, one asynchronous copy moves its ``frames × k_sel × row`` floats into the matching
+pinned host block (on CUDA; on Warp's "cpu" device the kernel writes straight into the host block,
+since device memory is host memory there). Kernel launches are recorded once and replayed (`wp.Launch`), which
 keeps the per-frame Python cost low. A block is
 handed to the writer (one `append` of ``block_frames`` frames) only when its ring slot is needed
 again, after waiting on the event recorded when the block filled, so the training thread
@@ -165,16 +165,10 @@ class WarpGatherer:
             for cmd in self._launches[slot]:
                 cmd.set_param_at_index(3, j)
                 cmd.launch()
-        n = self.k * self.row
-        if self._dev is not self._host:
-            wp.copy(self._host[slot], self._dev[slot], dest_offset=j * n, src_offset=j * n, count=n,
-                    stream=self._stream)
-        self.bytes_copied += n * 4
+        # On CUDA the rows stay in the device block; _seal() copies the whole block to the host at once.
+        self.bytes_copied += self.k * self.row * 4
         if self._device_reset_used:
             wp.launch(_take_reset, dim=self.k, inputs=[self._acc, self._dev_reset[slot], j], device=self.device)
-            if self._dev_reset is not self._host_reset:
-                wp.copy(self._host_reset[slot], self._dev_reset[slot], dest_offset=j * self.k,
-                        src_offset=j * self.k, count=self.k, stream=self._stream)
             self.reset_bytes_copied += self.k
         self._times[j] = time
         self._host_reset_rows[j] = host_reset
@@ -202,6 +196,11 @@ class WarpGatherer:
         """Close the current block: record its completion event, move to the next free slot."""
         if not self._fill:
             return
+        if self._dev is not self._host:  # one asynchronous device→pinned-host copy per block
+            slot = self._slot
+            wp.copy(self._host[slot], self._dev[slot], count=self._fill * self.k * self.row, stream=self._stream)
+            if self._device_reset_used:
+                wp.copy(self._host_reset[slot], self._dev_reset[slot], count=self._fill * self.k, stream=self._stream)
         event = wp.get_stream(self.device).record_event() if self.device.is_cuda else None
         self._pending.append((self._slot, event, self._times[: self._fill].copy(),
                               self._host_reset_rows[: self._fill].copy(), self._device_reset_used, self._fill))
