@@ -245,6 +245,8 @@ def _newer_version(root: Path) -> None:
     (["render", "{a}", "--out", "{t}/v", "--frames", "30:99"], "ends past the 40 committed frames", 1),
     (["render", "{a}", "--out", "{t}/v", "--camera", "nope"], "no camera 'nope'", 1),
     (["render", "{a}", "--out", "{t}/v", "--frames", "5:5"], "no frames selected", 1),
+    (["render", "{a}", "--out", "{t}/v", "--backend", "warp", "--warp-batch", "0"],
+     "warp_batch must be a positive number", 1),
     (["preview", "{a}", "--out", "{t}/s.png", "--size", "big"], "HEIGHTxWIDTH", 2),
     (["info", "{t}"], "no archive at", 1),
     (["verify", "{t}/missing"], "no archive at", 1),

@@ -319,7 +319,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             archive, args.out, worlds=args.worlds, frames=args.frames, cameras=args.camera, size=args.size,
             backend=args.backend, workers=None if args.scheduler else args.workers, quality=args.quality,
             layout=args.layout, fps=args.fps, executor=executor, progress=not args.no_progress,
-            split_episodes=args.split_episodes, resume=not args.no_resume,
+            split_episodes=args.split_episodes, resume=not args.no_resume, warp_batch=args.warp_batch,
         )
     for p in paths:
         print(p)
@@ -433,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-world: one file per (world, camera); grid: worlds tiled into one video per camera")
     p.add_argument("--split-episodes", action="store_true", help="one file per episode (split at reset markers)")
     p.add_argument("--fps", type=float, default=None, help="video frame rate (default: the archive's output_fps)")
+    p.add_argument("--warp-batch", type=int, default=None, metavar="N",
+                   help="--backend warp: (world, frame) states per launch, packed across worlds "
+                        "(default: from the device's memory budget)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-resume", action="store_true",
                    help="render every video again, even those a previous run of the same request finished "
