@@ -310,6 +310,21 @@ def test_huge_or_inconsistent_declared_shapes(archive, edit):
     _fails_cleanly(archive, FormatError)
 
 
+@pytest.mark.parametrize("edit", ["inner_chunk_frames", "inner_chunk_worlds", "shard_spans_frames"])
+def test_chunking_differs_from_manifest(archive, edit):
+    def fn(m):
+        inner = m["codecs"][0]["configuration"]["chunk_shape"]
+        outer = m["chunk_grid"]["configuration"]["chunk_shape"]
+        if edit == "inner_chunk_frames":
+            inner[0], outer[0] = CF + 1, CF + 1
+        elif edit == "inner_chunk_worlds":
+            inner[1] = W
+        else:
+            outer[0] = 2 * CF
+    _edit_json(archive / "qpos" / "zarr.json", fn)
+    _fails_cleanly(archive, FormatError, "chunked")
+
+
 def test_pickle_codec_is_refused_and_never_unpickled(archive, tmp_path):
     marker = tmp_path / "UNPICKLED"
 

@@ -68,6 +68,13 @@ class Archive:
             check_array(arr, name, dtypes=dtypes, ndim=2 + len(tail))
             if tuple(arr.shape[1:]) != (W, *tail):
                 raise FormatError(f"array {name!r} has shape {arr.shape}; expected (frames, {W}, {', '.join(map(str, tail))})")
+            shard = getattr(arr, "shards", None) or arr.chunks
+            if arr.chunks[:2] != (manifest.chunk_frames, manifest.chunk_worlds) or shard[0] != manifest.chunk_frames:
+                raise FormatError(
+                    f"array {name!r} is chunked {arr.chunks} (shards {shard}); the manifest declares "
+                    f"{manifest.chunk_frames} frames × {manifest.chunk_worlds} world per chunk and no sharding "
+                    "along frames"
+                )
             arrays[name] = arr
         time = _get_array(root, "time")
         check_array(time, "time", dtypes={"float64"}, ndim=1)
