@@ -16,21 +16,26 @@ SIZE = (48, 64)
 N_FRAMES = 3
 
 
-@pytest.fixture(scope="module")
-def humanoid_archive(tmp_path_factory, humanoid_xml):
-    path = tmp_path_factory.mktemp("warp") / "humanoid.mjarchive"
-    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
-    rng = np.random.default_rng(1)
-    datas = [mujoco.MjData(model) for _ in range(2)]
+def _simulated_archive(path, xml, world_ids, n_frames, *, seed, qvel_scale, **create_options):
+    """A float64 archive of humanoids started with random velocities, 10 mj_steps per frame."""
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    rng = np.random.default_rng(seed)
+    datas = [mujoco.MjData(model) for _ in world_ids]
     for d in datas:
-        d.qvel[:] = rng.normal(scale=1.0, size=model.nv)
-    with mjarchive.create(path, humanoid_xml, world_ids=[0, 9], dtype="float64") as w:
-        for _ in range(N_FRAMES):
+        d.qvel[:] = rng.normal(scale=qvel_scale, size=model.nv)
+    with mjarchive.create(path, xml, world_ids=world_ids, dtype="float64", **create_options) as w:
+        for _ in range(n_frames):
             for d in datas:
                 for _ in range(10):
                     mujoco.mj_step(model, d)
             w.append(datas[0].time, np.stack([d.qpos for d in datas]))
     return path
+
+
+@pytest.fixture(scope="module")
+def humanoid_archive(tmp_path_factory, humanoid_xml):
+    return _simulated_archive(tmp_path_factory.mktemp("warp") / "humanoid.mjarchive", humanoid_xml, [0, 9],
+                              N_FRAMES, seed=1, qvel_scale=1.0)
 
 
 def test_cpu_and_warp_kinematics_agree(humanoid_archive):
@@ -113,19 +118,8 @@ PACK_CHUNK = 2  # stored chunks {0, 1}, {2, 3}, {4}: packed batches cross worlds
 
 @pytest.fixture(scope="module")
 def multi_world_archive(tmp_path_factory, humanoid_xml):
-    path = tmp_path_factory.mktemp("warp-pack") / "humanoid.mjarchive"
-    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
-    rng = np.random.default_rng(2)
-    datas = [mujoco.MjData(model) for _ in PACK_WORLDS]
-    for d in datas:
-        d.qvel[:] = rng.normal(scale=1.5, size=model.nv)
-    with mjarchive.create(path, humanoid_xml, world_ids=PACK_WORLDS, dtype="float64", chunk_frames=PACK_CHUNK) as w:
-        for _ in range(PACK_FRAMES):
-            for d in datas:
-                for _ in range(10):
-                    mujoco.mj_step(model, d)
-            w.append(datas[0].time, np.stack([d.qpos for d in datas]))
-    return path
+    return _simulated_archive(tmp_path_factory.mktemp("warp-pack") / "humanoid.mjarchive", humanoid_xml,
+                              PACK_WORLDS, PACK_FRAMES, seed=2, qvel_scale=1.5, chunk_frames=PACK_CHUNK)
 
 
 @pytest.fixture(scope="module")
