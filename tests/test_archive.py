@@ -373,6 +373,25 @@ def test_non_finite_error_names_frame_and_world(writer):
     assert writer.n_frames == 1
 
 
+def test_values_that_overflow_the_stored_dtype_are_refused(writer):
+    with pytest.raises(AppendError, match=r"qpos is not finite at frame 0, world 7 \(as stored in float32\)"):
+        writer.append(1.0, **_ok_frame(qpos=np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 1e39]])))
+    assert writer.n_frames == 0
+
+
+def test_large_tracks_get_shards_readers_accept(tmp_path):
+    # 512 frames of a 64x64x3 uint8 image per world is 6 MiB: 256 worlds per shard would be 1.5 GiB.
+    with mjarchive.create(tmp_path / "img.zarr", chain_bundle(1), n_worlds=64, tracks={"img": ((64, 64, 3), "uint8")},
+                          chunk_frames=512) as w:
+        w.append(0.0, np.zeros((64, 1)), img=np.full((64, 64, 64, 3), 7, np.uint8))
+    with mjarchive.open(tmp_path / "img.zarr") as archive:
+        assert archive.manifest.shard_worlds < 64 and archive.verify().ok
+        assert (archive.select(worlds=[63]).img == 7).all()
+    with pytest.raises(MjArchiveError, match="smaller chunk_frames"):
+        mjarchive.create(tmp_path / "huge.zarr", chain_bundle(1), n_worlds=1, chunk_frames=65536,
+                         tracks={"img": ((64, 64, 3), "uint8")})
+
+
 def test_check_finite_opt_out(tmp_path):
     with mjarchive.create(tmp_path / "nan.zarr", chain_bundle(1), n_worlds=1, check_finite=False) as w:
         w.append(0.0, np.array([[np.nan]]))

@@ -14,9 +14,9 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from ._bundle import ModelBundle
+from ._bundle import ModelBundle, QposLayout
 from ._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
-from ._format import BUNDLE_GROUP, FORMAT_VERSION, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
+from ._format import BUNDLE_GROUP, FORMAT_VERSION, MAX_CHUNK_BYTES, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
 from ._manifest import Manifest, TrackSpec
 from ._shards import ShardWriter
 from ._shards import enabled as enabled_fast_shards
@@ -99,6 +99,8 @@ class ArchiveWriter:
         self.check_finite = check_finite
         self._root = root
         self._arrays = _Arrays(root, manifest)
+        if self._arrays.capacity() < n_frames:
+            raise FormatError(f"committed frame count {n_frames} exceeds the stored arrays ({self._arrays.capacity()})")
         self._n_appended = n_frames
         self._n_committed = n_frames
         self._last_time = -math.inf
@@ -192,13 +194,16 @@ class ArchiveWriter:
                                   f"expected {shape if single else (k, *shape)}")
             if dtype.kind == "f" and value.dtype.kind not in "fiu":
                 raise AppendError(f"{name} must be numeric, got dtype {value.dtype}")
-            if self.check_finite and value.dtype.kind == "f" and not np.isfinite(value).all():
-                f, w = np.argwhere(~np.isfinite(value.reshape(k, value.shape[1], -1)))[0][:2]
+            stored = self._to_storage(name, value, dtype)
+            # Checked after the cast: a float64 value beyond float32's range becomes inf only there.
+            if self.check_finite and stored.dtype.kind == "f" and not np.isfinite(stored).all():
+                f, w = np.argwhere(~np.isfinite(stored.reshape(k, stored.shape[1], -1)))[0][:2]
                 raise AppendError(
                     f"{name} is not finite at frame {self._n_appended + int(f)}, world "
-                    f"{self.manifest.world_ids[int(w)]}; pass check_finite=False to mjarchive.create() to allow it"
+                    f"{self.manifest.world_ids[int(w)]} (as stored in {dtype}); pass check_finite=False to "
+                    "mjarchive.create() to allow it"
                 )
-            block[name] = self._to_storage(name, value, dtype)
+            block[name] = stored
         self._check_times(times)
         nbytes = sum(v.nbytes for v in block.values())
         with self._cond:
@@ -284,7 +289,8 @@ class ArchiveWriter:
                     "precision or dtype='float64'"
                 )
             return stored
-        return np.array(value, dtype=dtype, copy=True)
+        with np.errstate(over="ignore"):  # overflow to inf is reported by the finiteness check
+            return np.array(value, dtype=dtype, copy=True)
 
     # -- background thread ---------------------------------------------------------------------------
     def _run(self) -> None:
@@ -378,7 +384,8 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
         raise MjArchiveError("chunk_frames must be in [1, 65536] and shard_worlds >= 1")
     track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
     mj_model = bundle.compile()
-    layout = bundle.layout
+    layout = QposLayout.from_model(mj_model)  # bundle.layout would compile the model again
+    shard_worlds = _fit_shard_worlds(shard_worlds, chunk_frames, dtype, layout, track_specs)
     # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
     root = create_root(location, overwrite=overwrite, storage_options=storage_options)
     W = len(world_ids)
@@ -412,6 +419,23 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
                          max_pending_bytes=max_pending_bytes)
 
 
+def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, dtype: str, layout: Any,
+                      tracks: dict[str, TrackSpec]) -> int:
+    """Shrink shards so no array's shard exceeds the spec's MAX_CHUNK_BYTES (readers refuse larger)."""
+    tails = {"qpos": (layout.nq, np.dtype(dtype).itemsize), "reset": (1, 1)}
+    if layout.nmocap:
+        tails["mocap_quat"] = (4 * layout.nmocap, np.dtype(dtype).itemsize)
+    tails.update({n: (math.prod(t.shape), np.dtype(t.dtype).itemsize) for n, t in tracks.items()})
+    name, (values, itemsize) = max(tails.items(), key=lambda kv: kv[1][0] * kv[1][1])
+    per_world = chunk_frames * values * itemsize
+    if per_world > MAX_CHUNK_BYTES:
+        raise MjArchiveError(
+            f"one world's chunk of {name!r} would be {per_world} bytes, above the spec's limit of "
+            f"{MAX_CHUNK_BYTES}; use a smaller chunk_frames"
+        )
+    return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world))
+
+
 def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:
     """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
     itemsize = np.dtype(dtype).itemsize
@@ -437,9 +461,6 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
             f"this archive is format {manifest.format_version}; this mjarchive writes {FORMAT_VERSION} and "
             "cannot append to it without losing metadata; upgrade mjarchive to append"
         )
-    arrays = _Arrays(root, manifest)
-    if arrays.capacity() < n_frames:
-        raise FormatError(f"committed frame count {n_frames} exceeds the stored arrays ({arrays.capacity()})")
     if BUNDLE_GROUP not in root:
         raise FormatError("the archive has no model bundle")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
