@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -262,7 +263,7 @@ class ModelBundle:
         except Exception as exc:
             raise BundleError(f"the bundled model does not compile: {exc}") from None
 
-    @property
+    @functools.cached_property  # assets are fixed in __post_init__; hashing them is not free
     def sha256(self) -> str:
         """Content hash over the XML bytes and the sorted asset names and hashes."""
         h = hashlib.sha256(_HASH_DOMAIN)

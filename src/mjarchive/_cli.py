@@ -131,10 +131,7 @@ def archive_info(archive: Any) -> dict[str, Any]:
     for start in range(1, n, step):
         n_episodes += int(archive.select(frames=slice(start, min(n, start + step))).reset.sum())
     size_total, per_node = _store_bytes(archive)
-    raw = 0
-    for name, arr in archive._arrays.items():
-        per_frame = math.prod(arr.shape[1:]) * arr.dtype.itemsize
-        raw += n * per_frame
+    raw = n * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in archive._arrays.values())
     raw += W * 8  # world_id
     data_stored = None
     if size_total is not None:
@@ -193,7 +190,6 @@ def _human_bytes(n: int | None) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return str(n)
 
 
 def _short_ids(ids: Sequence[int]) -> str:

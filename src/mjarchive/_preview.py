@@ -105,7 +105,6 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
     if seen != len(world_ids) * len(frame_idx):
         raise MjArchiveError(f"rendered {seen} tiles, expected {len(world_ids) * len(frame_idx)}")
     out = Path(out)
-    if out.parent and not out.parent.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(out, format="PNG")
     return out

@@ -14,7 +14,6 @@ from ._bundle import ModelBundle
 from ._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from ._format import (
     BUNDLE_GROUP,
-    MAX_FRAMES,
     ROOT_ATTR,
     check_array,
 )
@@ -89,8 +88,6 @@ class Archive:
                     f"committed frame count n_frames={n_frames} exceeds array {name!r} length {arr.shape[0]}; "
                     "the archive's commit record is corrupt"
                 )
-        if n_frames > MAX_FRAMES:
-            raise FormatError(f"n_frames={n_frames} is beyond the spec's limit")
         self._root, self.manifest, self._arrays, self._status = root, manifest, arrays, status
         self._n_frames = n_frames
         self._world_index = {w: i for i, w in enumerate(manifest.world_ids)}

@@ -126,7 +126,6 @@ class WarpGatherer:
         self._device_reset_used = False
         self._pending: deque = deque()  # (slot, event or None, times, host resets, device resets used, n)
         self.bytes_copied = 0
-        self.reset_bytes_copied = 0
 
     # -- per call --------------------------------------------------------------------------------
     def read_time(self, data: Any) -> float:
@@ -169,7 +168,6 @@ class WarpGatherer:
         self.bytes_copied += self.k * self.row * 4
         if self._device_reset_used:
             wp.launch(_take_reset, dim=self.k, inputs=[self._acc, self._dev_reset[slot], j], device=self.device)
-            self.reset_bytes_copied += self.k
         self._times[j] = time
         self._host_reset_rows[j] = host_reset
         self._fill += 1

@@ -22,7 +22,7 @@ QUALITIES = ("full", "fast")
 FREE_CAMERA = -1
 
 
-def _needs_tendon_stage(model: mujoco.MjModel) -> bool:
+def needs_tendon_stage(model: mujoco.MjModel) -> bool:
     """Spatial tendons are drawn from wrap points computed by mj_tendon."""
     if not model.ntendon:
         return False
@@ -67,7 +67,7 @@ class CpuRenderer:
             for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
                          mujoco.mjtRndFlag.mjRND_SKYBOX):
                 flags[flag] = 0
-        self._tendon = _needs_tendon_stage(self.model)
+        self._tendon = needs_tendon_stage(self.model)
         self._last_camera: int | None = None
         self._closed = False
 

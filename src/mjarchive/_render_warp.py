@@ -21,6 +21,7 @@ import mujoco
 import numpy as np
 
 from ._errors import BackendError, ClosedError
+from ._render_cpu import needs_tendon_stage
 
 __all__ = ["WarpRenderer", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
            "unpack"]
@@ -91,7 +92,7 @@ class WarpRenderer:
         self.quality = quality
         self.device = device or default_device()
         self.nworld = int(nworld or batch_size(model, self.size, self.device, memory_budget))
-        self._tendon = bool(model.ntendon and model.nwrap and np.any(model.wrap_type != mujoco.mjtWrap.mjWRAP_JOINT))
+        self._tendon = needs_tendon_stage(model)
         try:
             with wp.ScopedDevice(self.device):
                 data = mujoco.MjData(model)  # not forwarded: no contacts or constraints to carry

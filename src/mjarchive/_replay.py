@@ -33,7 +33,7 @@ from ._reader import Archive
 from ._render_cpu import FREE_CAMERA, QUALITIES, CpuRenderer, gl_renderer_name
 from ._resume import RenderLedger, partial_path, request_key
 from ._store import is_url, local_path
-from ._video import GridComposer, VideoWriter, camera_label, video_name
+from ._video import GridComposer, VideoWriter, camera_label, grid_shape, video_name
 
 __all__ = ["render", "iter_frames", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
 
@@ -277,8 +277,8 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
 
     outputs: list[_Output] = []
     if layout == "grid":
-        composer = GridComposer(world_ids, size)
-        block = max(1, budget // (composer.out_size[0] * composer.out_size[1] * 3))
+        rows, cols = grid_shape(len(world_ids))  # the canvas GridComposer will paste into
+        block = max(1, budget // (rows * h * cols * w * 3))
         if backend == "cpu":
             block = min(block, CPU_UNIT_FRAMES)
         for cam, label in cameras:
@@ -367,10 +367,9 @@ def _prepare_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, bytes 
     if model is None:  # compiled once per bundle hash and thread, like the workers do
         return _cached("models", "bundle:" + archive.manifest.model_sha256, archive.model), None
     if not isinstance(model, mujoco.MjModel):
-        from ._bundle import ModelBundle
         from ._writer import as_bundle
 
-        model = (model if isinstance(model, ModelBundle) else as_bundle(model)).compile()
+        model = as_bundle(model).compile()
     archive.manifest.layout.check_compatible(model)
     buf = np.empty(mujoco.mj_sizeModel(model), np.uint8)
     mujoco.mj_saveModel(model, None, buf)
@@ -516,11 +515,11 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
             for o in outputs:
                 tmp = partial_path(o.path)
                 try:
-                    if len(o.world_ids) > 1 or o.grid_block:
+                    if o.grid_block:  # grid outputs only; per-world ones have grid_block 0
                         composer = GridComposer(o.world_ids, size)
                         with VideoWriter(tmp, composer.out_size, fps, crf=VIDEO_ENCODER["crf"]) as video:
                             canvas, filled = None, 0
-                            for i in range(len(o.units)):
+                            for _ in o.units:
                                 r = next(results)
                                 if canvas is None:
                                     canvas, filled = composer.canvas(len(r.frames)), 0

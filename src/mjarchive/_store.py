@@ -39,8 +39,6 @@ _FSSPEC_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3a": {"max_concurrency": 1, "use_listings_cache": False},
 }
 
-Location = str | os.PathLike | zarr.storage.StoreLike
-
 
 def is_url(location: Any) -> bool:
     """True for a non-local URL such as `s3://bucket/run.mjarchive` or `memory://x` (not `file://`)."""
