@@ -15,6 +15,7 @@ import pytest
 import zarr
 
 import mjarchive
+from mjarchive.testing import decode_video
 from mjarchive._cli import INFO_KEYS, main, parse_range, parse_size
 from mjarchive._preview import sheet_geometry
 
@@ -208,16 +209,9 @@ def test_render_writes_exactly_the_selection(archive, tmp_path):
     assert {p.name for p in out.iterdir()} == expected | {".mjarchive-render.json"}  # + the resume ledger
     assert {Path(line).name for line in proc.stdout.split()} == expected
     for name in expected:
-        frames = _decode(out / name)
+        frames = decode_video(out / name)[0]
         assert frames.shape == (20, 48, 64, 3)
         assert frames.std() > 1  # not blank
-
-
-def _decode(path: Path) -> np.ndarray:
-    import imageio.v2 as iio2
-
-    with iio2.get_reader(path, format="FFMPEG") as reader:
-        return np.stack([frame for frame in reader])
 
 
 def test_preview_png_size(archive, tmp_path):
@@ -275,4 +269,4 @@ def test_tiny_demo(tmp_path):
     with mjarchive.open(archive) as a:
         assert a.n_worlds == 3 and a.n_frames == 16 and a.verify().ok  # 0.5 s at 30 fps, both ends
         assert "ctrl" in a.tracks
-    assert _decode(videos[0]).shape[0] == 16
+    assert decode_video(videos[0])[0].shape[0] == 16

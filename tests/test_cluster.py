@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import mjarchive
+from mjarchive.testing import decode_video
 from mjarchive._cli import main
 from mjarchive._replay import RenderUnit, render_unit
 from mjarchive._resume import LEDGER_NAME
@@ -51,13 +52,6 @@ def _write(location: str, xml: Path, world_ids: list[int], n_frames: int, storag
         w.append(0.02 * np.arange(1, n_frames + 1), _qpos(n_frames, len(world_ids)))
 
 
-def _decode(path: Path) -> np.ndarray:
-    import imageio.v2 as iio2
-
-    with iio2.get_reader(path, format="FFMPEG") as reader:
-        return np.stack([frame for frame in reader])  # list(reader) asks len(): infinite
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """Two worker processes, one thread each, and a scheduler on a free TCP port of 127.0.0.1."""
@@ -85,7 +79,7 @@ def reference(s3_archive, tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
     paths = mjarchive.render(url, out, cameras=["back"], size=SIZE, quality="fast", workers=1, progress=False,
                              storage_options=so)
-    return {p.name: _decode(p) for p in paths}
+    return {p.name: decode_video(p)[0] for p in paths}
 
 
 def test_dask_cluster_renders_s3_archive_like_local(cluster, s3_archive, reference, tmp_path):
@@ -100,7 +94,7 @@ def test_dask_cluster_renders_s3_archive_like_local(cluster, s3_archive, referen
     assert len({t["worker"] for t in ran}) == 2, "both worker processes should have rendered"
     assert [p.name for p in paths] == sorted(reference)
     for p in paths:
-        frames = _decode(p)
+        frames = decode_video(p)[0]
         assert frames.shape == (N_FRAMES, *SIZE, 3)  # one video, joined from 3 tasks
         np.testing.assert_array_equal(frames, reference[p.name])
     # Not a constant video: the joints move from frame to frame.
@@ -126,7 +120,7 @@ def test_cli_scheduler_renders_on_existing_cluster(cluster, s3_archive, referenc
     printed = capsys.readouterr().out.split()
     assert sorted(Path(p).name for p in printed) == sorted(reference)
     for name, frames in reference.items():
-        np.testing.assert_array_equal(_decode(tmp_path / name), frames)
+        np.testing.assert_array_equal(decode_video(tmp_path / name)[0], frames)
 
 
 def test_cli_local_cluster(s3_archive, reference, tmp_path, capsys):
@@ -136,7 +130,7 @@ def test_cli_local_cluster(s3_archive, reference, tmp_path, capsys):
                "--no-progress"])
     assert rc == 0, capsys.readouterr().err
     assert sorted(_mtimes(tmp_path)) == ["world-0008_cam-back.mp4"]
-    np.testing.assert_array_equal(_decode(tmp_path / "world-0008_cam-back.mp4"), reference["world-0008_cam-back.mp4"])
+    np.testing.assert_array_equal(decode_video(tmp_path / "world-0008_cam-back.mp4")[0], reference["world-0008_cam-back.mp4"])
 
 
 def test_cli_refuses_scheduler_and_cluster_together(s3_archive, tmp_path, capsys):
@@ -196,7 +190,7 @@ def test_killed_render_resumes_with_only_the_missing_videos(humanoid_xml, tmp_pa
     finals = set(_mtimes(out))
     assert done <= finals
     for name in finals - done:  # renamed after the ledger's last write: complete (it is rendered again)
-        assert _decode(out / name).shape == (RESUME_FRAMES, *SIZE, 3)
+        assert decode_video(out / name)[0].shape == (RESUME_FRAMES, *SIZE, 3)
     # The video being encoded has no final name ...
     leftovers = [p.name for p in out.iterdir() if p.suffix == ".mp4" and p.name not in done]
     assert leftovers and all(n.startswith(".") and ".partial" in n for n in leftovers)  # ... but a temporary one
@@ -213,7 +207,7 @@ def test_killed_render_resumes_with_only_the_missing_videos(humanoid_xml, tmp_pa
     assert not [p for p in out.iterdir() if ".partial" in p.name]
     assert _ledger_outputs(out) == expected
     for name in expected:
-        assert _decode(out / name).shape == (RESUME_FRAMES, *SIZE, 3)
+        assert decode_video(out / name)[0].shape == (RESUME_FRAMES, *SIZE, 3)
 
 
 def test_resume_reuses_only_what_this_request_finished(humanoid_xml, tmp_path, capfd):
@@ -233,14 +227,14 @@ def test_resume_reuses_only_what_this_request_finished(humanoid_xml, tmp_path, c
     assert "skipped 2 of 3 outputs already rendered" in capfd.readouterr().err
     after = _mtimes(out)
     assert after[names[0]] == before[names[0]] and after[names[2]] == before[names[2]]
-    assert _decode(out / names[1]).shape == (8, *SIZE, 3)
+    assert decode_video(out / names[1])[0].shape == (8, *SIZE, 3)
 
     # A video changed on disk since it was recorded is not trusted.
     with open(out / names[2], "ab") as f:
         f.write(b"\0")
     mjarchive.render(archive, out, **kw)
     assert "skipped 2 of 3" in capfd.readouterr().err
-    assert _decode(out / names[2]).shape == (8, *SIZE, 3)
+    assert decode_video(out / names[2])[0].shape == (8, *SIZE, 3)
 
     # Another request (other frames, fps or size) into the same directory reuses nothing.
     for other in (dict(kw, frames=slice(0, 6)), dict(kw, fps=10.0), dict(kw, size=(32, 48))):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mjarchive
+from mjarchive.testing import decode_video
 
 SIZE = (48, 64)
 N_FRAMES = 10
@@ -110,13 +111,6 @@ def test_selection_renders_exactly_those_frames(humanoid_run):
     assert sliced == [(3, 3), (3, 5), (3, 7)]
 
 
-def _decode(path):
-    import imageio.v2 as iio
-
-    with iio.get_reader(path, format="FFMPEG") as reader:
-        return np.stack([frame for frame in reader])
-
-
 def test_one_and_two_workers_write_identical_frames(humanoid_run, tmp_path):
     path, _ = humanoid_run
     a = {(w, f): rgb for w, f, rgb in mjarchive.iter_frames(path, camera="back", size=SIZE, quality="fast")}
@@ -139,7 +133,7 @@ def test_one_and_two_workers_write_identical_frames(humanoid_run, tmp_path):
                             progress=False)
     assert [p.name for p in out1] == [p.name for p in out2] == ["world-0003_cam-back.mp4", "world-0042_cam-back.mp4"]
     for p1, p2 in zip(out1, out2):
-        np.testing.assert_array_equal(_decode(p1), _decode(p2))
+        np.testing.assert_array_equal(decode_video(p1)[0], decode_video(p2)[0])
 
 
 def test_wrong_layout_model_is_refused(humanoid_run, mug_xml):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import mjarchive
+from mjarchive.testing import decode_video
 from mjarchive._video import GridComposer, VideoWriter, grid_shape, video_name
 
 ARM_XML = """
@@ -26,14 +27,6 @@ ARM_XML = """
 </mujoco>
 """
 N = 12
-
-
-def _decode(path):
-    import imageio.v2 as iio
-
-    with iio.get_reader(path, format="FFMPEG") as reader:
-        fps = reader.get_meta_data()["fps"]
-        return np.stack([frame for frame in reader]), fps
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +47,7 @@ def test_per_world_videos_decode_with_expected_count_size_fps(arm_archive, tmp_p
                            quality="fast", workers=1, progress=False)
     assert [p.name for p in out] == ["world-0017_cam-top.mp4", "world-0017_cam-angled.mp4",
                                      "world-0005_cam-top.mp4", "world-0005_cam-angled.mp4"]
-    frames, fps = _decode(out[0])
+    frames, fps = decode_video(out[0])
     assert frames.shape == (N, 48, 64, 3)
     assert fps == pytest.approx(25.0)
     # the encoded video is close to the raw frames (lossy, but not another scene)
@@ -67,7 +60,7 @@ def test_per_world_videos_decode_with_expected_count_size_fps(arm_archive, tmp_p
 def test_frame_selection_fps_override_and_odd_size(arm_archive, tmp_path):
     out = mjarchive.render(arm_archive, tmp_path, worlds=99, frames=slice(2, 9, 3), cameras="top", size=(33, 47),
                            fps=10, quality="fast", workers=1, progress=False)
-    frames, fps = _decode(out[0])
+    frames, fps = decode_video(out[0])
     assert frames.shape == (3, 34, 48, 3)  # padded to even dimensions for yuv420p
     assert fps == pytest.approx(10.0)
 
@@ -77,7 +70,7 @@ def test_split_episodes_writes_one_file_per_episode(arm_archive, tmp_path):
                            quality="fast", workers=1, progress=False, split_episodes=True)
     assert [p.name for p in out] == [f"world-0017_cam-top_ep-{k:03d}.mp4" for k in range(3)]
     # episodes start at frames 0, 4, 9; frames 2.. are selected
-    assert [len(_decode(p)[0]) for p in out] == [2, 5, 3]
+    assert [len(decode_video(p)[0]) for p in out] == [2, 5, 3]
     with pytest.raises(mjarchive.MjArchiveError, match="per-world"):
         mjarchive.render(arm_archive, tmp_path, layout="grid", split_episodes=True, progress=False)
 
@@ -86,7 +79,7 @@ def test_grid_tiles_worlds_with_labels(arm_archive, tmp_path):
     out = mjarchive.render(arm_archive, tmp_path, cameras="top", size=(32, 48), layout="grid", quality="fast",
                            workers=1, progress=False)
     assert [p.name for p in out] == ["grid_cam-top.mp4"]
-    frames, _ = _decode(out[0])
+    frames, _ = decode_video(out[0])
     rows, cols = grid_shape(3)
     assert frames.shape == (N, rows * 32, cols * 48, 3)
     # each tile carries a white label on black in its top-left corner
@@ -105,8 +98,8 @@ def test_executor_argument_runs_units_elsewhere(arm_archive, tmp_path):
     with ThreadPoolExecutor(2) as ex:  # one GL context per thread
         t = mjarchive.render(arm_archive, tmp_path / "t", executor=ex, **kw)
     b = mjarchive.render(arm_archive, tmp_path / "b", workers=1, **kw)
-    np.testing.assert_array_equal(_decode(a[0])[0], _decode(b[0])[0])
-    np.testing.assert_array_equal(_decode(t[0])[0], _decode(b[0])[0])
+    np.testing.assert_array_equal(decode_video(a[0])[0], decode_video(b[0])[0])
+    np.testing.assert_array_equal(decode_video(t[0])[0], decode_video(b[0])[0])
 
 
 def test_progress_bar_reports_frames(arm_archive, tmp_path, capsys):
@@ -128,7 +121,7 @@ def test_video_writer_streams_and_closes(tmp_path):
             v.write(np.zeros((8, 8, 3), np.uint8))
     with pytest.raises(mjarchive.ClosedError):
         v.write(np.zeros((16, 16, 3), np.uint8))
-    frames, fps = _decode(path)
+    frames, fps = decode_video(path)
     assert len(frames) == 5 and fps == pytest.approx(12.0)
     assert [int(f.mean()) for f in frames] == pytest.approx([0, 40, 80, 120, 160], abs=3)
 

@@ -36,12 +36,22 @@ __all__ = [
     "crash_child_main",
     "crash_expected",
     "crash_time",
+    "decode_video",
     "deterministic_frames",
     "frame_selections",
     "hinge_chain_xml",
     "run_crash_trial",
     "world_selections",
 ]
+
+
+def decode_video(path: Any) -> tuple[np.ndarray, float]:
+    """Every frame of a video, stacked (n, H, W, 3) uint8, and its frame rate (needs imageio-ffmpeg)."""
+    import imageio.v2 as iio
+
+    with iio.get_reader(path, format="FFMPEG") as reader:
+        fps = reader.get_meta_data()["fps"]
+        return np.stack([frame for frame in reader]), fps  # list(reader) asks len(): unreliable
 
 
 def hinge_chain_xml(n_joints: int, *, n_mocap: int = 0) -> str:
