@@ -34,7 +34,7 @@ import zarr.storage
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 
 import mjarchive
-from mjarchive._writer import DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS
+from mjarchive.archive.writer import DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS
 
 MB = 1e6
 

@@ -35,7 +35,7 @@ EXPECTED = [
 
 
 def test_bench_format_quick_prints_metrics(tmp_path):
-    from mjarchive._writer import DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS
+    from mjarchive.archive.writer import DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS
 
     default = f"cf{DEFAULT_CHUNK_FRAMES}_sw{DEFAULT_SHARD_WORLDS}"
     proc = subprocess.run(

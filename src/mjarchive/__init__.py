@@ -12,7 +12,7 @@ import sys as _sys
 if _sys.platform.startswith("linux") and not (_os.environ.get("DISPLAY") or _os.environ.get("WAYLAND_DISPLAY")):
     _os.environ.setdefault("MUJOCO_GL", "egl")
 
-from ._bundle import ModelBundle, QposLayout  # noqa: E402
+from .archive.bundle import ModelBundle, QposLayout  # noqa: E402
 from ._errors import (
     AppendError,
     ArchiveExistsError,
@@ -27,19 +27,19 @@ from ._errors import (
     SelectionError,
     UnsafeBundleError,
 )
-from ._format import FORMAT_VERSION
-from ._manifest import Manifest, TrackSpec
-from ._reader import Archive, Selection, VerifyReport, open
-from ._writer import ArchiveWriter, create
+from .archive.format import FORMAT_VERSION
+from .archive.manifest import Manifest, TrackSpec
+from .archive.reader import Archive, Selection, VerifyReport, open
+from .archive.writer import ArchiveWriter, create
 
 __version__ = "0.1.0"
 
 # Heavier parts (recorders, replay, video, Warp) load on first use, so `import mjarchive` stays
 # light and CPU-only code never imports Warp.
 _LAZY = {
-    "Recorder": "._recorder",
-    "render": "._replay",
-    "iter_frames": "._replay",
+    "Recorder": ".record.recorder",
+    "render": ".replay.render",
+    "iter_frames": ".replay.render",
 }
 
 

@@ -199,7 +199,7 @@ _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np
     import mjarchive
-    sys.path.insert(0, sys.argv[3])
+    sys.path[:0] = [sys.argv[3], sys.argv[4]]
     from test_s3 import qpos_frames, times
     url, so = sys.argv[1], json.loads(sys.argv[2])
     w = mjarchive.open(url, mode="a", storage_options=so)
@@ -218,7 +218,8 @@ def test_s3_survives_kill_9_and_resumes(s3_server, s3_url, humanoid_xml):
     mjarchive.create(s3_url, humanoid_xml, n_worlds=3, chunk_frames=4, storage_options=so).close()
     rng = np.random.default_rng()
     for _ in range(2):
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, s3_url, json.dumps(so), os.path.dirname(__file__)],
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, s3_url, json.dumps(so), os.path.dirname(__file__),
+                                  os.path.dirname(os.path.dirname(__file__))],
                                  stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "started"
         time.sleep(rng.uniform(0.3, 1.5))

@@ -14,8 +14,8 @@ from zarr.core.sync import sync
 
 import mjarchive
 from mjarchive import ModelBundle
-from mjarchive._shards import ShardWriter
-from mjarchive._writer import _create_frame_world_array
+from mjarchive.archive.shards import ShardWriter
+from mjarchive.archive.writer import _create_frame_world_array
 from mjarchive.testing import hinge_chain_xml
 
 

@@ -25,9 +25,9 @@ import zarr
 
 import mjarchive
 from mjarchive import FormatError, FormatVersionError
-from mjarchive._format import ALLOWED_CODECS, TRACK_DTYPES
+from mjarchive.archive.format import ALLOWED_CODECS, TRACK_DTYPES
 
-SPEC = Path(__file__).resolve().parents[1] / "spec"
+SPEC = Path(__file__).resolve().parents[2] / "spec"
 README = (SPEC / "README.md").read_text()
 SCHEMA = json.loads((SPEC / "root-attributes.schema.json").read_text())
 ASSET_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$"
@@ -225,7 +225,7 @@ def check_bundle(root: Path, attrs: dict) -> dict[str, bytes]:
 
 # -- the spec's own consistency ----------------------------------------------------------------------
 def test_schema_copy_is_identical_to_package_schema():
-    packaged = resources.files("mjarchive").joinpath("root-attributes.schema.json").read_bytes()
+    packaged = resources.files("mjarchive.archive").joinpath("root-attributes.schema.json").read_bytes()
     assert (SPEC / "root-attributes.schema.json").read_bytes() == packaged
 
 

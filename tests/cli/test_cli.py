@@ -16,8 +16,9 @@ import zarr
 
 import mjarchive
 from mjarchive.testing import decode_video
-from mjarchive._cli import INFO_KEYS, main, parse_range, parse_size
-from mjarchive._preview import sheet_geometry
+from mjarchive.cli.info import INFO_KEYS
+from mjarchive.cli.main import main, parse_range, parse_size
+from mjarchive.cli.preview import sheet_geometry
 
 WORLDS = (3, 7, 42)
 N_FRAMES = 40

@@ -98,7 +98,7 @@ def test_cadence_exact_frame_times(tmp_path, output_fps, playback_speed, timeste
 
 def test_long_run_has_no_drift(tmp_path):
     """Float accumulation of time would drift; the step grid does not (1e5 steps, 3 frames per 50)."""
-    from mjarchive._recorder import _Cadence
+    from mjarchive.record.recorder import _Cadence
 
     cadence = _Cadence(30.0, 1.0, 0.002)
     t, due = 0.0, []
@@ -154,7 +154,7 @@ def test_time_going_back_after_reset_keeps_frames_monotonic(tmp_path, humanoid_x
                 recorded.append(n)
             mujoco.mj_step(model, data)
     # The reference world's time restarted at 0, so the step of the reset call is not counted:
-    # the clock reads n - 1 from call 50 on (see the cadence rule in mjarchive._recorder).
+    # the clock reads n - 1 from call 50 on (see the cadence rule in mjarchive.record.recorder).
     clock_due = expected_steps(30, 1.0, model.opt.timestep, 99)
     assert recorded == [c if c < 50 else c + 1 for c in clock_due]
     with mjarchive.open(tmp_path / "r") as archive:

@@ -36,7 +36,7 @@ def fresh_data(mjm, nworld=NWORLD):
 @pytest.mark.parametrize("gather", ["numpy", "kernel"])
 def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gather):
     """On the "cpu" device the gather is NumPy by default; the Warp kernel path (used on CUDA) too."""
-    import mjarchive._recorder_warp as rw
+    import mjarchive.record.warp as rw
 
     monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
     mjm, m = humanoid
@@ -176,7 +176,7 @@ def test_benchmark_script_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_recorder.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recorder.py"
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(script), "--nworld", "4", "--selected", "2", "--steps", "12",
                            "--repeats", "1"], capture_output=True, text=True, timeout=300, env=env)

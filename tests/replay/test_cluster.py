@@ -20,9 +20,9 @@ import pytest
 
 import mjarchive
 from mjarchive.testing import decode_video
-from mjarchive._cli import main
-from mjarchive._replay import RenderUnit, render_unit
-from mjarchive._resume import LEDGER_NAME
+from mjarchive.cli.main import main
+from mjarchive.replay.render import RenderUnit, render_unit
+from mjarchive.replay.resume import LEDGER_NAME
 from s3_server import s3_server  # noqa: F401  (pytest fixture)
 
 distributed = pytest.importorskip("distributed")
@@ -141,7 +141,7 @@ def test_cli_refuses_scheduler_and_cluster_together(s3_archive, tmp_path, capsys
 
 
 def test_dask_is_imported_only_when_asked_for():
-    code = ("import sys, mjarchive, mjarchive._replay, mjarchive._cli, mjarchive._cluster; "
+    code = ("import sys, mjarchive, mjarchive.replay.render, mjarchive.cli.main, mjarchive.replay.cluster; "
             "assert not {'dask', 'distributed'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

@@ -95,7 +95,7 @@ def test_warp_render_matches_cpu_render(humanoid_archive, tmp_path):
 
 
 def test_warp_batches_smaller_than_unit_give_same_frames(humanoid_archive):
-    from mjarchive._replay import RenderUnit, render_unit
+    from mjarchive.replay.render import RenderUnit, render_unit
 
     one = render_unit(RenderUnit(str(humanoid_archive), None, 0, 1, (0, 1, 2), SIZE, "fast", "warp:cpu",
                                  warp_batch=1))
@@ -125,7 +125,7 @@ def multi_world_archive(tmp_path_factory, humanoid_xml):
 @pytest.fixture(scope="module")
 def one_world_batches(multi_world_archive):
     """Reference: every (world, chunk) unit rendered on its own, one world per launch (camera 'side')."""
-    from mjarchive._replay import RenderUnit, render_unit
+    from mjarchive.replay.render import RenderUnit, render_unit
 
     out = {}
     for wid in PACK_WORLDS:
@@ -150,9 +150,9 @@ def test_packed_batches_give_the_same_pixels_as_one_world_batches(multi_world_ar
 
 
 def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_batches, monkeypatch):
-    from mjarchive._reader import Archive
-    from mjarchive._render_warp import pack, render_packed, unpack
-    from mjarchive._replay import RenderUnit
+    from mjarchive.archive.reader import Archive
+    from mjarchive.replay.warp import pack, render_packed, unpack
+    from mjarchive.replay.render import RenderUnit
 
     reads = []
     select = Archive.select

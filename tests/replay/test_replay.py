@@ -116,7 +116,7 @@ def test_one_and_two_workers_write_identical_frames(humanoid_run, tmp_path):
     a = {(w, f): rgb for w, f, rgb in mjarchive.iter_frames(path, camera="back", size=SIZE, quality="fast")}
     # Two spawned workers, units of 4 chunk-aligned frames interleaving worlds and cameras.
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=__import__("multiprocessing").get_context("spawn")) as ex:
-        from mjarchive._replay import RenderUnit, render_unit
+        from mjarchive.replay.render import RenderUnit, render_unit
 
         units = [RenderUnit(str(path), None, w, 0, tuple(range(s, min(s + 4, N_FRAMES))), SIZE, "fast", "cpu")
                  for s in range(0, N_FRAMES, 4) for w in WORLDS]

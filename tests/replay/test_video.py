@@ -10,7 +10,7 @@ import pytest
 
 import mjarchive
 from mjarchive.testing import decode_video
-from mjarchive._video import GridComposer, VideoWriter, grid_shape, video_name
+from mjarchive.replay.video import GridComposer, VideoWriter, grid_shape, video_name
 
 ARM_XML = """
 <mujoco>
@@ -135,7 +135,7 @@ def test_grid_composer_places_tiles():
 
 
 def test_software_gl_prints_one_fast_quality_hint(arm_archive, tmp_path, capsys):
-    from mjarchive._render_cpu import CpuRenderer, gl_renderer_name
+    from mjarchive.replay.cpu import CpuRenderer, gl_renderer_name
 
     with mjarchive.open(arm_archive) as a, CpuRenderer(a.model(), (8, 8), "fast") as r:
         r.render()

@@ -15,8 +15,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from ._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
-from ._format import BUNDLE_GROUP, as_int, check_array
+from .._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
+from .format import BUNDLE_GROUP, as_int, check_array
 
 __all__ = ["ModelBundle", "QposLayout"]
 

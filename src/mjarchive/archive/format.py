@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FormatError
+from .._errors import FormatError
 
 FORMAT_NAME = "mjarchive"
 FORMAT_VERSION = "1.0"

@@ -8,14 +8,15 @@ import math
 from importlib import resources
 from typing import Any
 
-from ._bundle import QposLayout
-from ._errors import FormatError, FormatVersionError
-from ._format import (
+from .bundle import QposLayout
+from .._errors import FormatError, FormatVersionError
+from .format import (
     FORMAT_MAJOR,
     FORMAT_NAME,
     FORMAT_VERSION,
     MAX_TRACK_ELEMENTS,
     MAX_WORLDS,
+    ROOT_ATTR,
     STORAGE_DTYPES,
     TRACK_DTYPES,
     as_int,
@@ -149,6 +150,14 @@ class Manifest:
         return manifest, as_int(d["n_frames"], "committed frame count n_frames"), d["status"]
 
 
+def read_manifest(root: Any) -> tuple[Manifest, int, str]:
+    """Parse a root group's attributes (untrusted) into (manifest, committed frames, status)."""
+    attrs = root.attrs.asdict()
+    if ROOT_ATTR not in attrs:
+        raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
+    return Manifest.from_dict(attrs[ROOT_ATTR])
+
+
 _SCHEMA: dict | None = None
 _VALIDATOR = None
 
@@ -157,7 +166,7 @@ def root_schema() -> dict:
     """The JSON Schema of the root attribute `mjarchive` (spec/root-attributes.schema.json)."""
     global _SCHEMA
     if _SCHEMA is None:
-        _SCHEMA = json.loads(resources.files("mjarchive").joinpath("root-attributes.schema.json").read_text())
+        _SCHEMA = json.loads(resources.files(__package__).joinpath("root-attributes.schema.json").read_text())
     return _SCHEMA
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -10,25 +9,18 @@ import mujoco
 import numpy as np
 import zarr
 
-from ._bundle import ModelBundle
-from ._errors import ClosedError, FormatError, MjArchiveError, SelectionError
-from ._format import (
+from .bundle import ModelBundle
+from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
+from .format import (
     BUNDLE_GROUP,
-    ROOT_ATTR,
     check_array,
 )
-from ._manifest import Manifest
-from ._store import open_root
+from .manifest import Manifest, read_manifest
+from .store import open_root
+from .verify import VerifyReport, verify_archive
+from .writer import open_writer
 
 __all__ = ["Archive", "Selection", "VerifyReport", "open"]
-
-def read_manifest(root: zarr.Group) -> tuple[Manifest, int, str]:
-    """Parse the root attributes (untrusted) into (manifest, committed frames, status)."""
-    attrs = root.attrs.asdict()
-    if ROOT_ATTR not in attrs:
-        raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
-    return Manifest.from_dict(attrs[ROOT_ATTR])
-
 
 def _expected_arrays(manifest: Manifest) -> dict[str, tuple[tuple[int, ...], frozenset[str] | set[str]]]:
     """Per-frame trailing shape (after frame, world) and allowed dtypes of each stored array."""
@@ -249,8 +241,6 @@ class Archive:
 
     def verify(self) -> VerifyReport:
         """Check metadata, bundle hashes, every committed chunk, finiteness and time order."""
-        from ._verify import verify_archive
-
         return verify_archive(self)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -270,25 +260,6 @@ class Archive:
     def __repr__(self) -> str:
         return (f"<mjarchive.Archive {self.location!s} format={self.format_version} worlds={self.n_worlds} "
                 f"frames={self.n_frames} nq={self.nq} {self.status}>")
-
-
-@dataclasses.dataclass
-class VerifyReport:
-    """Outcome of `Archive.verify()`: `ok` is True when `problems` is empty."""
-
-    problems: list[str]
-    checked: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def __str__(self) -> str:
-        lines = [f"OK   {c}" for c in self.checked] + [f"FAIL {p}" for p in self.problems]
-        return "\n".join(lines)
 
 
 class Selection:
@@ -356,8 +327,6 @@ def open(location: Any, mode: str = "r", *, storage_options: dict | None = None,
             raise MjArchiveError(f"unexpected options for reading: {sorted(writer_options)}")
         return Archive(location, storage_options=storage_options)
     if mode == "a":
-        from ._writer import open_writer
-
         return open_writer(location, storage_options=storage_options, **writer_options)
     raise MjArchiveError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
 

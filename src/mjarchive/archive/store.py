@@ -22,7 +22,7 @@ import zarr
 import zarr.storage
 from zarr.core.sync import sync
 
-from ._errors import ArchiveExistsError, ArchiveNotFoundError, MjArchiveError
+from .._errors import ArchiveExistsError, ArchiveNotFoundError, MjArchiveError
 
 __all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "remove_partial_files"]
 

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import itertools
+from typing import Any
 
 import numpy as np
+from zarr.core.sync import sync
 
-from ._errors import MjArchiveError
-from ._manifest import root_schema
+from .._errors import MjArchiveError
+from .manifest import root_schema
 
-if TYPE_CHECKING:
-    from ._reader import Archive, VerifyReport
+@dataclasses.dataclass
+class VerifyReport:
+    """Outcome of `Archive.verify()`: `ok` is True when `problems` is empty."""
+
+    problems: list[str]
+    checked: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        lines = [f"OK   {c}" for c in self.checked] + [f"FAIL {p}" for p in self.problems]
+        return "\n".join(lines)
 
 
-def verify_archive(archive: Archive) -> VerifyReport:
-    from ._reader import VerifyReport
-
+def verify_archive(archive: Any) -> VerifyReport:
+    """Every check a reader can make on an open `Archive`, collected into one report."""
     problems: list[str] = []
     checked: list[str] = []
     n = archive.n_frames
@@ -69,10 +86,6 @@ def verify_archive(archive: Archive) -> VerifyReport:
 
 def _missing_chunks(array, n_frames: int) -> list[str]:
     """Store keys of the chunks (shards) covering committed frames that do not exist."""
-    import itertools
-
-    from zarr.core.sync import sync
-
     grid = array.metadata.chunk_grid.chunk_shape
     counts = [-(-n_frames // grid[0])] + [-(-s // c) for s, c in zip(array.shape[1:], grid[1:])]
     keys = [f"{array.path}/{array.metadata.encode_chunk_key(coords)}"

@@ -14,13 +14,13 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from ._bundle import ModelBundle, QposLayout
-from ._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
-from ._format import BUNDLE_GROUP, FORMAT_VERSION, MAX_CHUNK_BYTES, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
-from ._manifest import Manifest, TrackSpec
-from ._shards import ShardWriter
-from ._shards import enabled as enabled_fast_shards
-from ._store import create_root, open_root, remove_partial_files
+from .bundle import ModelBundle, QposLayout
+from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
+from .format import BUNDLE_GROUP, FORMAT_VERSION, MAX_CHUNK_BYTES, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
+from .manifest import Manifest, TrackSpec, read_manifest
+from .shards import ShardWriter
+from .shards import enabled as enabled_fast_shards
+from .store import create_root, open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -450,8 +450,6 @@ def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, sh
 def open_writer(location: Any, *, storage_options: dict | None = None, check_finite: bool = True,
                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> ArchiveWriter:
     """Reopen an archive to append after its last committed frame (used by `open(mode="a")`)."""
-    from ._reader import read_manifest
-
     remove_partial_files(location)
     root = open_root(location, mode="a", storage_options=storage_options)
     manifest, n_frames, _status = read_manifest(root)

@@ -20,7 +20,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from ._errors import BackendError, MjArchiveError
+from .._errors import BackendError, MjArchiveError
+from .info import archive_info, format_info
 
 __all__ = ["run_demo", "DemoResult", "DEMO_MODELS"]
 
@@ -216,8 +217,7 @@ def run_demo(out: str | os.PathLike = "mjarchive-demo", *, model: str = "humanoi
 
     import mjarchive
 
-    from ._cli import _format_info, archive_info
-    from ._preview import contact_sheet
+    from .preview import contact_sheet
 
     if n_worlds < 1:
         raise MjArchiveError("--worlds must be at least 1")
@@ -261,7 +261,7 @@ def run_demo(out: str | os.PathLike = "mjarchive-demo", *, model: str = "humanoi
         t_render = _time.perf_counter() - t0
         model_xml = archive.bundle.export(out / "model")
 
-    print(_format_info(info))
+    print(format_info(info))
     print()
     print(f"archive        {archive_path}")
     for v in videos:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import MjArchiveError, SelectionError
+from .._errors import MjArchiveError, SelectionError
 
 __all__ = ["contact_sheet", "DEFAULT_ROWS", "DEFAULT_COLUMNS", "MAX_TILES"]
 

@@ -30,8 +30,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from ._errors import AppendError, ClosedError, MjArchiveError
-from ._writer import ArchiveWriter, as_bundle, create
+from .._errors import AppendError, ClosedError, MjArchiveError
+from ..archive.writer import ArchiveWriter, as_bundle, create
 
 __all__ = ["Recorder"]
 
@@ -284,7 +284,7 @@ class Recorder:
     def _record_warp(self, data: Any, reset: Any, time: float | None) -> bool:
         self._start(int(data.nworld), "mujoco_warp")
         if self._warp is None:
-            from ._recorder_warp import WarpGatherer
+            from .warp import WarpGatherer
 
             self._warp = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
                                       tracks=self._track_shapes, block_frames=self._block_frames,

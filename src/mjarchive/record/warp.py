@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from ._errors import AppendError, BackendError
+from .._errors import AppendError, BackendError
 
 __all__ = ["WarpGatherer"]
 

@@ -1,7 +1,7 @@
 """Rendering on a Dask cluster: connect to a scheduler or start a local cluster, and hand `render`
 a `concurrent.futures.Executor` (Dask's `client.get_executor()`).
 
-Dask is imported only here, only when asked for. Work units (`_replay.RenderUnit`) are plain data
+Dask is imported only here, only when asked for. Work units (`worker.RenderUnit`) are plain data
 that name the archive by path or URL, so Dask ships them between our own processes and each worker
 opens the archive itself; pixels come back to the parent, which encodes them in order.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
-from ._errors import BackendError, MjArchiveError
+from .._errors import BackendError, MjArchiveError
 
 __all__ = ["dask_executor", "executor_slots"]
 

@@ -13,9 +13,10 @@ import os
 import mujoco
 import numpy as np
 
-from ._errors import BackendError, ClosedError
+from .._errors import BackendError, ClosedError
+from . import worker
 
-__all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name"]
+__all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name", "renderer_for"]
 
 QUALITIES = ("full", "fast")
 #: Camera id of MuJoCo's default free camera.
@@ -108,6 +109,11 @@ class CpuRenderer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def renderer_for(unit: worker.RenderUnit, archive, model: mujoco.MjModel) -> CpuRenderer:
+    """This thread's cached CpuRenderer for a work unit."""
+    return worker.renderer_for(unit, archive, lambda: CpuRenderer(model, unit.size, unit.quality))
 
 
 def gl_renderer_name() -> str:

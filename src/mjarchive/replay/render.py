@@ -4,22 +4,21 @@ stream the pixels in order into mp4 files.
 A work unit is plain data (archive location, one world, one camera, frames inside one stored
 chunk, size, quality, backend). `render_unit` is a top-level function, so any
 `concurrent.futures.Executor` can run it; each worker process opens the archive itself, reads only
-its unit's slice and caches model and renderer. The parent keeps at most a window of units in
+its unit's slice and caches model and renderer (`worker.py`). The parent keeps at most a window of units in
 flight and consumes results in order, so memory does not grow with video length. On the Warp
 backend the parent packs the (world, frame) states of consecutive units into full batches
-(`_render_warp.PackedUnit`) and cuts the pixels back into per-unit pieces, in order.
+(`warp.PackedUnit`) and cuts the pixels back into per-unit pieces, in order.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
 import sys
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
@@ -28,12 +27,15 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from ._errors import MjArchiveError, SelectionError
-from ._reader import Archive
-from ._render_cpu import FREE_CAMERA, QUALITIES, CpuRenderer, gl_renderer_name
-from ._resume import RenderLedger, partial_path, request_key
-from ._store import is_url, local_path
-from ._video import GridComposer, VideoWriter, camera_label, grid_shape, video_name
+from .._errors import MjArchiveError, SelectionError
+from ..archive.reader import Archive
+from ..archive.reader import open as open_archive
+from . import cpu, warp
+from .cpu import FREE_CAMERA, QUALITIES, gl_renderer_name
+from .resume import RenderLedger, partial_path, request_key
+from ..archive.store import is_url, local_path
+from .video import GridComposer, VideoWriter, camera_label, grid_shape, video_name
+from .worker import RenderUnit, UnitResult, archive_for, bundle_model, lend_archive, model_for
 
 __all__ = ["render", "iter_frames", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
 
@@ -47,108 +49,10 @@ _CACHE_SIZE = 4
 VIDEO_ENCODER = {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23}
 
 
-@dataclasses.dataclass(frozen=True)
-class RenderUnit:
-    """One task: frames (all inside one stored chunk) of one world from one camera.
-
-    `location` is a path or URL the worker opens itself; `model_mjb` carries a caller-supplied
-    model (MJB bytes, same MuJoCo version on both sides), else the archive's bundle is used.
-    """
-
-    location: str
-    storage_options: dict | None
-    world_id: int
-    camera: int
-    frames: tuple[int, ...]
-    size: tuple[int, int]
-    quality: str
-    backend: str
-    model_mjb: bytes | None = None
-    warp_batch: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class UnitResult:
-    """Pixels of one unit: rgb (n_frames, H, W, 3) uint8, in the unit's frame order."""
-
-    world_id: int
-    camera: int
-    frames: tuple[int, ...]
-    rgb: np.ndarray
-    gl_renderer: str = ""
-
-
-# -- worker side ----------------------------------------------------------------------------------
-
-# Per thread: a GL context belongs to the thread that made it, and an executor may run units on
-# several threads of one process.
-_LOCAL = threading.local()
-
-
-def _cache(kind: str) -> collections.OrderedDict:
-    caches = getattr(_LOCAL, "caches", None)
-    if caches is None:
-        caches = _LOCAL.caches = {k: collections.OrderedDict() for k in ("archives", "models", "renderers")}
-    return caches[kind]
-
-
-def _cached(kind: str, key: Any, make) -> Any:
-    cache = _cache(kind)
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    value = cache[key] = make()
-    while len(cache) > _CACHE_SIZE:
-        _, old = cache.popitem(last=False)
-        if hasattr(old, "close") and kind == "renderers":
-            old.close()
-    return value
-
-
-def _options_key(storage_options: dict | None) -> str:
-    return json.dumps(storage_options or {}, sort_keys=True, default=str)
-
-
-def _archive_for(unit: RenderUnit) -> Archive:
-    from ._reader import open as open_archive
-
-    key = (unit.location, _options_key(unit.storage_options))
-    archive = _cached("archives", key, lambda: open_archive(unit.location, storage_options=unit.storage_options))
-    if max(unit.frames) >= archive.n_frames:  # a live archive committed more since we opened it
-        archive.refresh()
-    return archive
-
-
-def _model_key(unit: RenderUnit, archive: Archive) -> str:
-    if unit.model_mjb is not None:
-        return "mjb:" + hashlib.sha256(unit.model_mjb).hexdigest()
-    return "bundle:" + archive.manifest.model_sha256
-
-
-def _model_for(unit: RenderUnit, archive: Archive) -> mujoco.MjModel:
-    def make():
-        if unit.model_mjb is not None:
-            return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
-        return archive.model()
-
-    return _cached("models", _model_key(unit, archive), make)
-
-
-def _renderer_for(unit: RenderUnit, archive: Archive, model: mujoco.MjModel) -> Any:
-    key = (_model_key(unit, archive), unit.backend, unit.size, unit.quality, unit.warp_batch)
-    if unit.backend == "cpu":
-        return _cached("renderers", key, lambda: CpuRenderer(model, unit.size, unit.quality))
-    from ._render_warp import WarpRenderer
-
-    device = unit.backend.partition(":")[2] or None
-    return _cached("renderers", key, lambda: WarpRenderer(model, unit.size, quality=unit.quality, device=device,
-                                                          nworld=unit.warp_batch))
-
-
 def render_unit(unit: RenderUnit) -> UnitResult:
     """Render one unit (runs in any process): read its slice, pose, render; returns the pixels."""
-    archive = _archive_for(unit)
-    model = _model_for(unit, archive)
+    archive = archive_for(unit)
+    model = model_for(unit, archive)
     frames = np.asarray(unit.frames, dtype=np.int64)
     contiguous = bool(np.all(np.diff(frames) == 1))
     sel = archive.select(worlds=[unit.world_id],
@@ -156,7 +60,7 @@ def render_unit(unit: RenderUnit) -> UnitResult:
     qpos = sel.qpos[:, 0]
     mocap_pos = sel.mocap_pos[:, 0] if model.nmocap else None
     mocap_quat = sel.mocap_quat[:, 0] if model.nmocap else None
-    renderer = _renderer_for(unit, archive, model)
+    renderer = (cpu if unit.backend == "cpu" else warp).renderer_for(unit, archive, model)
     h, w = unit.size
     n = len(frames)
     rgb = np.empty((n, h, w, 3), np.uint8)
@@ -265,10 +169,8 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
             raise MjArchiveError(f"warp_batch must be a positive number of states per launch, got {warp_batch!r}")
         warp_batch = int(warp_batch)
     else:  # Warp renders all nworld slots per launch, packed across worlds: no more than the selection
-        from ._render_warp import batch_size, default_device
-
-        device = backend.partition(":")[2] or default_device()
-        warp_batch = min(batch_size(model, size, device), max(1, budget // (h * w * 3)),
+        device = backend.partition(":")[2] or warp.default_device()
+        warp_batch = min(warp.batch_size(model, size, device), max(1, budget // (h * w * 3)),
                          max(1, len(frame_idx) * len(world_ids)))
 
     def unit(world_id: int, camera: int, part: tuple[int, ...]) -> RenderUnit:
@@ -329,16 +231,14 @@ def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window
     if not units or units[0].backend == "cpu" or units[0].warp_batch is None:
         yield from _run_ordered(units, executor, window)
         return
-    from ._render_warp import pack, render_packed, unpack
-
     batch = units[0].warp_batch
     h, w = units[0].size
     # In this process: many launches per task (fewer, larger reads); on an executor: one launch per
     # task, so several workers share the work.
     per_task = batch if executor is not None else batch * max(1, UNIT_BYTES["warp"] // (h * w * 3) // batch)
-    packed = _run_ordered(pack(units, per_task), executor, window, fn=render_packed)
+    packed = _run_ordered(warp.pack(units, per_task), executor, window, fn=warp.render_packed)
     try:
-        for u, rgb in unpack(units, packed):
+        for u, rgb in warp.unpack(units, packed):
             yield UnitResult(u.world_id, u.camera, u.frames, rgb)
     finally:
         packed.close()
@@ -348,8 +248,6 @@ def _open_archive(archive: Any, storage_options: dict | None) -> tuple[Archive, 
     if isinstance(archive, Archive):
         archive._check_open()
         return archive, False
-    from ._reader import open as open_archive
-
     return open_archive(archive, storage_options=storage_options), True
 
 
@@ -365,9 +263,9 @@ def _shareable_location(archive: Archive) -> str | None:
 def _prepare_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, bytes | None]:
     """The replay model and, when the caller supplied it, its MJB bytes for the workers."""
     if model is None:  # compiled once per bundle hash and thread, like the workers do
-        return _cached("models", "bundle:" + archive.manifest.model_sha256, archive.model), None
+        return bundle_model(archive), None
     if not isinstance(model, mujoco.MjModel):
-        from ._writer import as_bundle
+        from ..archive.writer import as_bundle
 
         model = as_bundle(model).compile()
     archive.manifest.layout.check_compatible(model)
@@ -380,10 +278,6 @@ def _init_worker(gl_threads: int) -> None:
     """Pool worker set-up: software GL (Mesa llvmpipe) would start one raster thread per core in
     every worker; share the cores instead. No effect on GPU drivers or when the user set it."""
     os.environ.setdefault("LP_NUM_THREADS", str(gl_threads))
-
-
-def _seed_in_process(archive: Archive, location: str, storage_options: dict | None) -> None:
-    _cache("archives")[(location, _options_key(storage_options))] = archive
 
 
 def _software_gl_hint(gl: str) -> None:
@@ -459,7 +353,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             outputs = sorted(outputs, key=lambda o: order[o.camera])
         n_units = sum(len(o.units) for o in outputs)
         if workers is None and executor is not None:
-            from ._cluster import executor_slots
+            from .cluster import executor_slots
 
             workers = executor_slots(executor)
         if workers is None:
@@ -471,19 +365,18 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                 workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
                 initargs=(max(1, (os.cpu_count() or 1) // workers),),
             )
-        elif executor is None:
-            _seed_in_process(arch, location, storage_options)
+        # In this process, units use the caller's open Archive instead of opening it again.
+        lent = lend_archive(arch, location, storage_options) if executor is None else contextlib.nullcontext()
         try:
-            _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
-                           fps=fps, size=size, progress=progress, hint=(backend == "cpu" and quality == "full"),
-                           on_done=ledger.mark_done)
+            with lent:
+                _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
+                               fps=fps, size=size, progress=progress, hint=(backend == "cpu" and quality == "full"),
+                               on_done=ledger.mark_done)
             return all_paths
         finally:
             ledger.flush()  # also when interrupted: what finished stays finished
             if own_pool is not None:
                 own_pool.shutdown(wait=True, cancel_futures=True)
-            if executor is None:  # the caller's Archive was lent to the in-process cache
-                _cache("archives").pop((location, _options_key(storage_options)), None)
     finally:
         if owned:
             arch.close()
@@ -574,8 +467,7 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
         replay_model, mjb = _prepare_model(arch, model)
         cam = _resolve_cameras(replay_model, camera)[0]
         location = f"object:{id(arch)}"
-        _seed_in_process(arch, location, storage_options)
-        try:
+        with lend_archive(arch, location, storage_options):
             outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
                                  frames=frames, cameras=[cam], size=size, quality=quality, backend=backend,
                                  layout="per-world", split_episodes=False, model_mjb=mjb, out_dir=Path("."),
@@ -587,8 +479,6 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
                         yield r.world_id, f, rgb
             finally:
                 results.close()
-        finally:
-            _cache("archives").pop((location, _options_key(storage_options)), None)
     finally:
         if owned:
             arch.close()

@@ -44,7 +44,7 @@ def partial_path(path: Path) -> Path:
 def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[str, Any]) -> str:
     """sha256 hex digest identifying a render request (see the module docstring).
 
-    archive: the open Archive; outputs: the planned outputs (`_replay._Output`) with their units.
+    archive: the open Archive; outputs: the planned outputs (`render._Output`) with their units.
     """
     man = archive.manifest
     h = hashlib.sha256()

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 import numpy as np
 
-from ._errors import BackendError, ClosedError
+from .._errors import BackendError, ClosedError
 
 __all__ = ["VideoWriter", "GridComposer", "video_name", "grid_shape"]
 

@@ -6,7 +6,7 @@ into the Warp data's world axis, runs the position stages (kinematics, subtree C
 tendons/flexes when drawn, cameras and lights), refits the scene BVH and renders only the one
 requested camera.
 
-Packing: the parent turns its ordered stream of per-video work units (`_replay.RenderUnit`: one
+Packing: the parent turns its ordered stream of per-video work units (`worker.RenderUnit`: one
 world, one camera, frames of one stored chunk) into `PackedUnit`s that fill every batch slot with
 (world, frame) states of consecutive videos, so few frames per world or many worlds do not leave
 most of a launch empty; `unpack` splits the packed pixels back into per-video pieces, in order.
@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator
 import mujoco
 import numpy as np
 
-from ._errors import BackendError, ClosedError
-from ._render_cpu import needs_tendon_stage
+from .._errors import BackendError, ClosedError
+from . import worker
+from .cpu import needs_tendon_stage
 
-__all__ = ["WarpRenderer", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
+__all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
            "unpack"]
 
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
@@ -74,6 +75,13 @@ def batch_size(model: mujoco.MjModel, size: tuple[int, int], device: str,
     per_world = h * w * (4 + 4 + 8)  # packed rgb, depth, segmentation buffers the context allocates
     per_world += 8 * (model.nbody * 40 + model.ngeom * 12 + model.nq + model.nv * 20 + model.ncam * 12)
     return int(max(1, min(MAX_BATCH, budget // per_world)))
+
+
+def renderer_for(unit, archive, model: mujoco.MjModel) -> WarpRenderer:
+    """This thread's cached WarpRenderer for a work unit (RenderUnit or PackedUnit)."""
+    device = unit.backend.partition(":")[2] or None
+    return worker.renderer_for(unit, archive, lambda: WarpRenderer(model, unit.size, quality=unit.quality,
+                                                                   device=device, nworld=unit.warp_batch))
 
 
 class WarpRenderer:
@@ -181,7 +189,7 @@ class WarpRenderer:
 class PackedUnit:
     """One Warp task: (world_id, frames) segments of one camera, rendered `warp_batch` states per
     launch. Segments come from consecutive per-video units; each lies inside one stored chunk.
-    The other fields mean what they mean on `_replay.RenderUnit`."""
+    The other fields mean what they mean on `worker.RenderUnit`."""
 
     location: str
     storage_options: dict | None
@@ -209,7 +217,7 @@ class PackedResult:
 
 
 def pack(units: Iterable, capacity: int) -> Iterator[PackedUnit]:
-    """Pack the frames of `_replay.RenderUnit`s, in order, into PackedUnits of at most `capacity`
+    """Pack the frames of `worker.RenderUnit`s, in order, into PackedUnits of at most `capacity`
     states each (a unit may be split across two); a camera change starts a new PackedUnit."""
     segments: list[tuple[int, tuple[int, ...]]] = []
     count, first = 0, None
@@ -256,10 +264,8 @@ def unpack(units: Iterable, packed: Iterator[PackedResult]) -> Iterator[tuple[ob
 def render_packed(unit: PackedUnit) -> PackedResult:
     """Render one PackedUnit (runs in any process): one archive read per (stored chunk, world set)
     it touches, then batches of `warp_batch` states; returns the pixels in segment order."""
-    from ._replay import _archive_for, _model_for, _renderer_for
-
-    archive = _archive_for(unit)
-    model = _model_for(unit, archive)
+    archive = worker.archive_for(unit)
+    model = worker.model_for(unit, archive)
     cf = archive.manifest.chunk_frames
     n = sum(len(fr) for _, fr in unit.segments)
     qpos = np.empty((n, model.nq), np.float64)
@@ -284,7 +290,7 @@ def render_packed(unit: PackedUnit) -> PackedResult:
             if mp is not None:
                 mocap_pos[dst] = mp[rows, c]
                 mocap_quat[dst] = mq[rows, c]
-    renderer = _renderer_for(unit, archive, model)
+    renderer = renderer_for(unit, archive, model)
     h, w = unit.size
     rgb = np.empty((n, h, w, 3), np.uint8)
     for s in range(0, n, renderer.nworld):

@@ -1,0 +1,1 @@
+"""The `mjarchive` command line: info, verify, render, preview, export-model and the demo."""

@@ -1,0 +1,165 @@
+"""What `mjarchive info` (and the demo) report about an archive: the facts as a dict, and as text."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from zarr.core.sync import sync
+
+from .._errors import MjArchiveError
+from ..archive.format import BUNDLE_GROUP
+
+__all__ = ["INFO_KEYS", "archive_info", "format_info"]
+
+#: The keys of `mjarchive info --json` (documented in README.md, "CLI reference").
+INFO_KEYS = (
+    "location", "format_version", "status", "n_frames", "n_worlds", "world_ids", "duration_s",
+    "time_start", "time_end", "n_episodes", "nq", "nv", "nmocap", "output_fps", "playback_speed",
+    "timestep", "dtype", "precision", "chunk_frames", "cameras", "tracks", "model_sha256",
+    "mujoco_version", "model", "created", "producer", "size_bytes", "data_bytes", "raw_bytes",
+    "compression_ratio",
+)
+
+
+
+def _store_bytes(archive: Any) -> tuple[int | None, dict[str, int]]:
+    """Total stored bytes, and chunk bytes (metadata excluded) per top-level node, by listing the
+    store's objects."""
+    store = archive._root.store
+    path = getattr(archive._root, "path", "") or ""
+    prefix = f"{path}/" if path else ""
+
+    async def walk() -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        async for key in store.list_prefix(prefix):
+            top = key[len(prefix):].split("/", 1)[0]
+            size = await store.getsize(key)
+            sizes[""] = sizes.get("", 0) + size
+            if not key.endswith("zarr.json"):
+                sizes[top] = sizes.get(top, 0) + size
+        return sizes
+
+    try:
+        per_node = sync(walk())
+    except Exception:  # a store that cannot list (e.g. some HTTP stores): sizes are unknown
+        return None, {}
+    return per_node.pop("", 0), per_node
+
+
+def archive_info(archive: Any) -> dict[str, Any]:
+    """Everything `mjarchive info` reports, as a JSON-serializable dict with the keys INFO_KEYS."""
+    man = archive.manifest
+    n, W = archive.n_frames, archive.n_worlds
+    time = archive.select(frames=[0, n - 1]).time if n else np.zeros(0)
+    n_episodes = W if n else 0
+    step = max(1, (64 * 2**20) // max(1, W))  # count reset markers in blocks of at most ~64 MiB
+    for start in range(1, n, step):
+        n_episodes += int(archive.select(frames=slice(start, min(n, start + step))).reset.sum())
+    size_total, per_node = _store_bytes(archive)
+    raw = n * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in archive._arrays.values())
+    raw += W * 8  # world_id
+    data_stored = None
+    if size_total is not None:
+        data_stored = sum(v for k, v in per_node.items() if k in archive._arrays or k == "world_id")
+    model: dict[str, Any] = {"sha256": man.model_sha256}
+    try:
+        bundle = archive.bundle
+        mj = archive.model()
+        model.update(nbody=int(mj.nbody), njnt=int(mj.njnt), ngeom=int(mj.ngeom), nmesh=int(mj.nmesh),
+                     ntex=int(mj.ntex), nu=int(mj.nu), n_assets=len(bundle.assets),
+                     bundle_bytes=len(bundle.xml.encode()) + sum(len(a) for a in bundle.assets.values()),
+                     stored_bytes=per_node.get(BUNDLE_GROUP))
+    except MjArchiveError as exc:
+        model["error"] = str(exc)
+    duration = float(time[-1] - time[0]) if n else 0.0
+    info = {
+        "location": str(archive.location),
+        "format_version": archive.format_version,
+        "status": archive.status,
+        "n_frames": n,
+        "n_worlds": W,
+        "world_ids": list(archive.world_ids),
+        "duration_s": duration,
+        "time_start": float(time[0]) if n else None,
+        "time_end": float(time[-1]) if n else None,
+        "n_episodes": n_episodes,
+        "nq": archive.nq,
+        "nv": man.layout.nv,
+        "nmocap": archive.nmocap,
+        "output_fps": archive.output_fps,
+        "playback_speed": archive.playback_speed,
+        "timestep": archive.timestep,
+        "dtype": man.dtype,
+        "precision": man.abs_error,
+        "chunk_frames": man.chunk_frames,
+        "cameras": list(archive.cameras),
+        "tracks": {k: t.to_dict() for k, t in man.tracks.items()},
+        "model_sha256": man.model_sha256,
+        "mujoco_version": man.mujoco_version,
+        "model": model,
+        "created": man.created,
+        "producer": dict(man.producer),
+        "size_bytes": size_total,
+        "data_bytes": data_stored,
+        "raw_bytes": raw,
+        "compression_ratio": (raw / data_stored) if data_stored else None,
+    }
+    assert tuple(info) == INFO_KEYS
+    return info
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _short_ids(ids: Sequence[int]) -> str:
+    ids = list(ids)
+    if ids == list(range(ids[0], ids[0] + len(ids))) and len(ids) > 3:
+        return f"{ids[0]}..{ids[-1]}"
+    return ", ".join(map(str, ids)) if len(ids) <= 12 else f"{', '.join(map(str, ids[:8]))}, … {ids[-1]}"
+
+
+def format_info(info: dict[str, Any]) -> str:
+    m = info["model"]
+    fps = info["output_fps"]
+    cadence = (f"{fps:g} fps output at {info['playback_speed']:g}× playback "
+               f"(a frame every {info['playback_speed'] / fps:g} s of simulated time)" if fps else "no fixed cadence")
+    tracks = ", ".join(f"{k} {tuple(t['shape'])} {t['dtype']}" for k, t in info["tracks"].items()) or "none"
+    if "error" in m:
+        model = f"UNREADABLE: {m['error']}"
+    else:
+        model = (f"{m['nbody']} bodies, {m['njnt']} joints, {m['ngeom']} geoms, {m['nmesh']} meshes, "
+                 f"{m['ntex']} textures, {m['nu']} actuators; bundle {m['n_assets']} assets, "
+                 f"{_human_bytes(m['bundle_bytes'])}")
+    ratio = info["compression_ratio"]
+    precision = "lossless" if info["precision"] is None else f"quantized to ±{info['precision']:g}"
+    rows = [
+        ("archive", f"{info['location']} ({info['status']})"),
+        ("format", info["format_version"]),
+        ("worlds", f"{info['n_worlds']} (IDs {_short_ids(info['world_ids'])})"),
+        ("frames", f"{info['n_frames']}, simulated time {info['time_start'] or 0:g}..{info['time_end'] or 0:g} s "
+                   f"({info['duration_s']:g} s)"),
+        ("cadence", f"{cadence}; timestep {info['timestep']:g} s"),
+        ("episodes", f"{info['n_episodes']} (split at reset markers)"),
+        ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, stored as {info['dtype']}, {precision}"),
+        ("tracks", tracks),
+        ("cameras", ", ".join(info["cameras"]) or "none (free camera only)"),
+        ("model", model),
+        ("model sha256", info["model_sha256"]),
+        ("MuJoCo", f"{info['mujoco_version']} (recorded with), producer {info['producer'].get('name', '?')} "
+                   f"{info['producer'].get('version', '?')} backend={info['producer'].get('backend', '?')}"),
+        ("size", f"{_human_bytes(info['size_bytes'])} in total; trajectories {_human_bytes(info['data_bytes'])} "
+                 f"stored for {_human_bytes(info['raw_bytes'])} raw"
+                 + (f" (compression {ratio:.2f}×)" if ratio else "")),
+        ("created", info["created"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,135 @@
+"""What a replay worker receives and keeps: the work unit, its result, and per-thread caches.
+
+A work unit is plain data (archive location, one world, one camera, frames inside one stored
+chunk, size, quality, backend), so any `concurrent.futures.Executor` can ship it. A worker opens
+the archive itself, and keeps the last few archives, compiled models and renderers between units.
+The caches are per thread: a GL context belongs to the thread that made it, and an executor may
+run units on several threads of one process.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from ..archive.reader import Archive
+from ..archive.reader import open as open_archive
+
+__all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for", "lend_archive", "cached"]
+
+_CACHE_SIZE = 4
+_LOCAL = threading.local()
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderUnit:
+    """One task: frames (all inside one stored chunk) of one world from one camera.
+
+    `location` is a path or URL the worker opens itself; `model_mjb` carries a caller-supplied
+    model (MJB bytes, same MuJoCo version on both sides), else the archive's bundle is used.
+    """
+
+    location: str
+    storage_options: dict | None
+    world_id: int
+    camera: int
+    frames: tuple[int, ...]
+    size: tuple[int, int]
+    quality: str
+    backend: str
+    model_mjb: bytes | None = None
+    warp_batch: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitResult:
+    """Pixels of one unit: rgb (n_frames, H, W, 3) uint8, in the unit's frame order."""
+
+    world_id: int
+    camera: int
+    frames: tuple[int, ...]
+    rgb: np.ndarray
+    gl_renderer: str = ""
+
+
+def _cache(kind: str) -> collections.OrderedDict:
+    caches = getattr(_LOCAL, "caches", None)
+    if caches is None:
+        caches = _LOCAL.caches = {k: collections.OrderedDict() for k in ("archives", "models", "renderers")}
+    return caches[kind]
+
+
+def cached(kind: str, key: Any, make: Callable[[], Any]) -> Any:
+    """This thread's cached value of `kind` ('archives', 'models', 'renderers') for `key`, made on a miss."""
+    cache = _cache(kind)
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    while len(cache) > _CACHE_SIZE:
+        _, old = cache.popitem(last=False)
+        if hasattr(old, "close") and kind == "renderers":
+            old.close()
+    return value
+
+
+def _archive_key(location: str, storage_options: dict | None) -> tuple[str, str]:
+    return location, json.dumps(storage_options or {}, sort_keys=True, default=str)
+
+
+def archive_for(unit: Any) -> Archive:
+    """The unit's archive, opened once per thread and refreshed when the unit needs newer frames."""
+    archive = cached("archives", _archive_key(unit.location, unit.storage_options),
+                     lambda: open_archive(unit.location, storage_options=unit.storage_options))
+    if max(unit.frames) >= archive.n_frames:  # a live archive committed more since we opened it
+        archive.refresh()
+    return archive
+
+
+class lend_archive:
+    """Context manager: units naming `location` use the caller's open `archive` in this thread."""
+
+    def __init__(self, archive: Archive, location: str, storage_options: dict | None):
+        self._key = _archive_key(location, storage_options)
+        self._archive = archive
+
+    def __enter__(self) -> None:
+        _cache("archives")[self._key] = self._archive
+
+    def __exit__(self, *exc) -> None:
+        _cache("archives").pop(self._key, None)
+
+
+def _model_key(unit: Any, archive: Archive) -> str:
+    if unit.model_mjb is not None:
+        return "mjb:" + hashlib.sha256(unit.model_mjb).hexdigest()
+    return "bundle:" + archive.manifest.model_sha256
+
+
+def model_for(unit: Any, archive: Archive) -> mujoco.MjModel:
+    """The unit's replay model: the caller's MJB if it sent one, else the archive's bundle."""
+    def make():
+        if unit.model_mjb is not None:
+            return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
+        return archive.model()
+
+    return cached("models", _model_key(unit, archive), make)
+
+
+def bundle_model(archive: Archive) -> mujoco.MjModel:
+    """The archive's own model, compiled once per bundle hash and thread (shared with the units)."""
+    return cached("models", "bundle:" + archive.manifest.model_sha256, archive.model)
+
+
+def renderer_for(unit: Any, archive: Archive, make: Callable[[], Any]) -> Any:
+    """The cached renderer for the unit's model, backend, size, quality and batch; `make` builds one."""
+    key = (_model_key(unit, archive), unit.backend, unit.size, unit.quality, unit.warp_batch)
+    return cached("renderers", key, make)
