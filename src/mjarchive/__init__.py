@@ -34,6 +34,32 @@ from .archive.writer import ArchiveWriter, create
 
 __version__ = "0.1.0"
 
+
+def _mujoco_warning(message: str) -> None:
+    """MuJoCo's warnings as Python warnings (RuntimeWarning, "MuJoCo: ..."), instead of MuJoCo's
+    default of printing them and appending them to MUJOCO_LOG.TXT in the current directory: a
+    library must not litter the caller's working directory."""
+    try:
+        import warnings
+
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+    except Exception:  # e.g. warnings made errors: an exception must not unwind through MuJoCo's C code
+        import logging
+
+        logging.getLogger("mjarchive").warning("MuJoCo: %s", message)
+
+
+def _route_mujoco_warnings() -> None:
+    """Install `_mujoco_warning` as MuJoCo's warning handler, unless the program installed its own
+    (which is kept: whoever set a handler first decides where MuJoCo's warnings go)."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+_route_mujoco_warnings()
+
 # Heavier parts (recorders, replay, video, Warp) load on first use, so `import mjarchive` stays
 # light and CPU-only code never imports Warp.
 _LAZY = {

@@ -143,19 +143,24 @@ class OpenWatcher:
     """
 
     _IN_ACCESS, _IN_OPEN, _IN_NONBLOCK = 0x1, 0x20, 0o4000
+    # modify, attrib, close_write, moved_from, moved_to, create, delete
+    _IN_WRITES = 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200
 
     @staticmethod
     def available() -> bool:
         return os.uname().sysname == "Linux" and bool(ctypes.util.find_library("c"))
 
-    def __init__(self, paths: list[str | os.PathLike]):
+    def __init__(self, paths: list[str | os.PathLike], *, writes: bool = False):
+        """Watch `paths` (files or directories) for opens and reads, and with `writes` also for
+        creating, changing, renaming or deleting anything in them."""
         self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         self._fd = self._libc.inotify_init1(self._IN_NONBLOCK)
         if self._fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self._names: dict[int, str] = {}
         for path in paths:
-            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), self._IN_OPEN | self._IN_ACCESS)
+            mask = self._IN_OPEN | self._IN_ACCESS | (self._IN_WRITES if writes else 0)
+            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
             if wd < 0:
                 raise OSError(ctypes.get_errno(), f"inotify_add_watch({path}) failed")
             self._names[wd] = os.fspath(path)

@@ -25,11 +25,12 @@ import zarr
 
 import mjarchive
 from mjarchive import FormatError, FormatVersionError
-from mjarchive.archive.format import ALLOWED_CODECS, TRACK_DTYPES
+from mjarchive.archive.format import ALLOWED_CODECS, RESERVED_ARRAYS, TRACK_DTYPES
 
 SPEC = Path(__file__).resolve().parents[2] / "spec"
 README = (SPEC / "README.md").read_text()
 SCHEMA = json.loads((SPEC / "root-attributes.schema.json").read_text())
+BUNDLE_SCHEMA = json.loads((SPEC / "bundle-attributes.schema.json").read_text())
 ASSET_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$"
 TRACK_NAME_RE = r"^[a-z][a-z0-9_]{0,63}$"
 LIMIT_CHUNK_BYTES = 256 * 2**20
@@ -120,6 +121,8 @@ def check_conforms(root: Path) -> dict:
     assert group["zarr_format"] == 3 and group["node_type"] == "group"
     attrs = group["attributes"]["mjarchive"]
     jsonschema.Draft202012Validator(SCHEMA).validate(attrs)
+    bundle_attrs = _zarr_json(root, "model")["attributes"]["mjarchive_bundle"]
+    jsonschema.Draft202012Validator(BUNDLE_SCHEMA).validate(bundle_attrs)
     assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.0"
     assert len(set(attrs["world_ids"])) == len(attrs["world_ids"])
     assert attrs["cameras"] == attrs["model"]["layout"]["cameras"]
@@ -164,11 +167,14 @@ def check_conforms(root: Path) -> dict:
             assert meta["shape"][0] >= F and meta["shape"][1:] == [W, *tail], key
             # Never sharded along time: the shard's frame extent is the inner chunk's.
             assert sharded and outer[0] == inner[0] == C, key
-            assert inner == [C, storage["chunk_worlds"], *tail] and storage["chunk_worlds"] == 1
-            assert outer == [C, storage["shard_worlds"], *tail] and storage["shard_worlds"] <= W
+            chunk_tail = [max(n, 1) for n in tail]  # "Zero-length axes"
+            assert inner == [C, storage["chunk_worlds"], *chunk_tail] and storage["chunk_worlds"] == 1
+            assert outer == [C, storage["shard_worlds"], *chunk_tail] and storage["shard_worlds"] <= W
         if attrs["status"] == "finalized" and key != "world_id":
             assert meta["shape"][0] == F, f"{key} not trimmed to n_frames on close"
-        if key != "world_id":  # every chunk (shard) covering a committed frame is stored
+        if key == "world_id":
+            assert (root / key / "c" / "0").is_file(), "the world_id chunk is always stored"
+        else:  # every chunk (shard) covering a committed frame is stored
             counts = [-(-F // C)] + [-(-s // c) for s, c in zip(meta["shape"][1:], outer[1:])]
             for coords in np.ndindex(*counts):
                 chunk = root / key / "c" / "/".join(map(str, coords))
@@ -224,9 +230,48 @@ def check_bundle(root: Path, attrs: dict) -> dict[str, bytes]:
 
 
 # -- the spec's own consistency ----------------------------------------------------------------------
-def test_schema_copy_is_identical_to_package_schema():
-    packaged = resources.files("mjarchive.archive").joinpath("root-attributes.schema.json").read_bytes()
-    assert (SPEC / "root-attributes.schema.json").read_bytes() == packaged
+@pytest.mark.parametrize("name", ["root-attributes.schema.json", "bundle-attributes.schema.json"])
+def test_schema_copy_is_identical_to_package_schema(name):
+    packaged = resources.files("mjarchive.archive").joinpath(name).read_bytes()
+    assert (SPEC / name).read_bytes() == packaged
+    jsonschema.Draft202012Validator.check_schema(json.loads(packaged))
+
+
+def _patterns(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern":
+                yield value
+            else:
+                yield from _patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _patterns(value)
+
+
+@pytest.mark.parametrize("name", ["root-attributes.schema.json", "bundle-attributes.schema.json"])
+def test_schema_patterns_match_whole_strings(name):
+    """`$` must mean end of string for Python's re.search too (it also matches before a final "\n")."""
+    schema = json.loads((SPEC / name).read_text())
+    patterns = list(_patterns(schema))
+    assert patterns
+    for pattern in patterns:
+        assert pattern.startswith("^") and pattern.endswith("$(?!\\n)"), pattern
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    example = json.loads((SPEC / "example" / "zarr.json").read_text())["attributes"]["mjarchive"]
+    assert not list(validator.iter_errors(example))
+    for key, value in [("format_version", "1.0\n"), ("created", "2026\n"), ("mujoco_version", "4.0.0\n")]:
+        assert list(validator.iter_errors({**example, key: value})), key
+
+
+def test_integers_written_as_floats_are_refused_although_the_schema_allows_them():
+    example = json.loads((SPEC / "example" / "zarr.json").read_text())["attributes"]["mjarchive"]
+    from mjarchive.archive.manifest import Manifest, check_schema
+
+    for key, value in [("n_frames", 5.0), ("world_ids", [3.0, 11])]:
+        check_schema({**example, key: value})  # JSON Schema's "integer" accepts 5.0 ...
+        with pytest.raises(FormatError, match=key):
+            Manifest.from_dict({**example, key: value})  # ... the spec does not
 
 
 def test_spec_tables_match_schema_and_constants():
@@ -240,7 +285,10 @@ def test_spec_tables_match_schema_and_constants():
     storage = set(DTYPE_TABLE["storage dtype (qpos, mocap_pos, mocap_quat)"].replace(" ", "").split(","))
     assert storage == set(SCHEMA["properties"]["storage"]["properties"]["dtype"]["enum"])
     assert f"`{ASSET_NAME_RE}`" in README and f"`{TRACK_NAME_RE}`" in README
-    assert SCHEMA["properties"]["tracks"]["propertyNames"]["pattern"] == TRACK_NAME_RE
+    assert SCHEMA["properties"]["tracks"]["propertyNames"]["pattern"] == TRACK_NAME_RE + r"(?!\n)"
+    assert set(SCHEMA["properties"]["tracks"]["propertyNames"]["not"]["enum"]) == RESERVED_ARRAYS
+    bundle_name = BUNDLE_SCHEMA["properties"]["assets"]["items"]["properties"]["name"]["pattern"]
+    assert bundle_name == "^(?!.*\\.\\.)" + ASSET_NAME_RE[1:] + r"(?!\n)"
 
 
 # -- archives written by the real writer ------------------------------------------------------------
@@ -412,3 +460,28 @@ def test_reader_trusts_only_the_committed_count(tmp_path):
 def test_reader_rejects_bad_committed_count(tmp_path, n_frames):
     with pytest.raises(FormatError):
         mjarchive.open(_tampered_example(tmp_path, n_frames=n_frames))
+
+
+def test_mocap_only_model_with_nq_0_records_conforms_and_replays(tmp_path):
+    import mujoco
+
+    xml = """<mujoco><worldbody><camera name="cam" pos="0 -1 0" xyaxes="1 0 0 0 0 1"/>
+      <body name="target" mocap="true"><geom size="0.05"/></body></worldbody></mujoco>"""
+    path = tmp_path / "mocap.zarr"
+    pos = np.arange(3 * 2 * 3, dtype=np.float32).reshape(3, 2, 1, 3) / 8
+    quat = np.tile(np.float32([1, 0, 0, 0]), (3, 2, 1, 1))
+    with mjarchive.create(path, mjarchive.ModelBundle.from_xml(xml), world_ids=[0, 1], chunk_frames=2) as writer:
+        for f in range(3):
+            writer.append(0.1 * (f + 1), np.zeros((2, 0)), mocap_pos=pos[f], mocap_quat=quat[f])
+    attrs = check_conforms(path)
+    assert attrs["model"]["layout"]["nq"] == 0 and attrs["cameras"] == ["cam"]
+    with mjarchive.open(path) as archive:
+        sel = archive.select()
+        assert sel.qpos.shape == (3, 2, 0)
+        np.testing.assert_array_equal(sel.mocap_pos, pos)
+        assert archive.verify().ok
+        model = archive.model()
+        data = mujoco.MjData(model)
+        data.mocap_pos[:] = sel.mocap_pos[2, 1]
+        mujoco.mj_kinematics(model, data)
+        np.testing.assert_array_equal(data.xpos[1], pos[2, 1, 0])

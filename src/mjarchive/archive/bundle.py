@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -16,11 +17,12 @@ import mujoco
 import numpy as np
 
 from .._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
+from .compile_child import Refused, check_spec_files
 from .format import BUNDLE_GROUP, as_int, check_array
 
 __all__ = ["ModelBundle", "QposLayout"]
 
-ASSET_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+ASSET_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 MAX_ASSETS = 10_000
 MAX_ASSET_BYTES = 512 * 2**20
 MAX_XML_BYTES = 64 * 2**20
@@ -33,7 +35,7 @@ _DIR_ATTRS = ("meshdir", "texturedir", "assetdir")
 
 def check_asset_name(name: Any) -> str:
     """An asset name must be a flat, harmless file name (no separators, no '..', no control chars)."""
-    if not isinstance(name, str) or not ASSET_NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not ASSET_NAME_RE.fullmatch(name) or ".." in name:
         raise UnsafeBundleError(
             f"asset name {name!r} is not a flat file name (allowed: letters, digits, '_', '.', '+', "
             "'-'; no path separators, no '..'); the bundle may be hostile"
@@ -239,7 +241,7 @@ class ModelBundle:
             # own XML text, flattened, when it compiles from the bundle's bytes alone.
             try:
                 text = _flatten_source(source, collector, meshdir, texdir)
-                check_xml_references(text, collector.assets)
+                check_bundle_xml(text, collector.assets)
                 mujoco.MjModel.from_xml_string(text, dict(collector.assets))
                 xml = text
             except Exception:  # fall back to MuJoCo's own (lower-precision) XML writer
@@ -248,18 +250,25 @@ class ModelBundle:
 
     # -- use ------------------------------------------------------------------------------------
     def spec(self) -> mujoco.MjSpec:
-        """A fresh MjSpec parsed only from the bundle's bytes."""
-        check_xml_references(self.xml, self.assets)
+        """A fresh MjSpec parsed only from the bundle's bytes (its file references checked twice:
+        in the XML text before parsing and in the parsed spec)."""
+        check_bundle_xml(self.xml, self.assets)
         try:
-            return mujoco.MjSpec.from_string(self.xml, assets=dict(self.assets))
+            spec = mujoco.MjSpec.from_string(self.xml, assets=dict(self.assets))
         except Exception as exc:
             raise BundleError(f"the bundled model does not parse: {exc}") from None
+        try:
+            check_spec_files(spec, self.assets)
+        except Refused as exc:
+            raise UnsafeBundleError(str(exc)) from None
+        return spec
 
     def compile(self) -> mujoco.MjModel:
-        """An MjModel compiled only from the bundle's bytes."""
-        check_xml_references(self.xml, self.assets)
+        """An MjModel compiled in this process only from the bundle's bytes. For a bundle read
+        from someone else's archive use `Archive.model()`, which compiles in a limited child."""
+        spec = self.spec()
         try:
-            return mujoco.MjModel.from_xml_string(self.xml, dict(self.assets))
+            return spec.compile()
         except Exception as exc:
             raise BundleError(f"the bundled model does not compile: {exc}") from None
 
@@ -286,13 +295,24 @@ class ModelBundle:
         return f"ModelBundle(sha256={self.sha256[:12]}…, assets={len(self.assets)}, xml={len(self.xml)} chars)"
 
     def export(self, directory: str | os.PathLike) -> Path:
-        """Write `model.xml` and the assets into `directory` so MuJoCo's viewer can open it."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in self.assets.items():
-            (out / check_asset_name(name)).write_bytes(data)
-        (out / "model.xml").write_text(self.xml)
-        return out / "model.xml"
+        """Write `model.xml` and the assets into `directory` so MuJoCo's viewer can open it.
+
+        The folder (created if needed) may be shared: each file is written to a fresh temporary
+        file and renamed over its name, so a link planted at `model.xml` or an asset's name is
+        replaced, never written through; a directory at one of those names is refused up front.
+        """
+        from .._fs import OutputDir
+
+        names = [check_asset_name(name) for name in self.assets]
+        if "model.xml" in names:
+            raise UnsafeBundleError("an asset is named 'model.xml', the name the exported model takes; "
+                                    "rename the asset")
+        with OutputDir(directory) as out:
+            for name in [*names, "model.xml"]:
+                out.check_writable(name)
+            for name, data in self.assets.items():
+                out.write_bytes(name, data)
+            return out.write_bytes("model.xml", self.xml.encode())
 
     # -- Zarr (layout in spec/) -------------------------------------------------------------------
     def to_zarr(self, parent: Any, name: str = BUNDLE_GROUP) -> None:
@@ -350,7 +370,7 @@ class ModelBundle:
                 f"model bundle hash mismatch: stored {meta.get('sha256')!r}, content hashes to "
                 f"{bundle.sha256!r}; the archive was modified or corrupted"
             )
-        check_xml_references(xml, assets)
+        check_bundle_xml(xml, assets)
         return bundle
 
 
@@ -408,20 +428,147 @@ def _flatten_source(source: bytes, collector: _Collector, meshdir: str, texdir: 
     return ET.tostring(root, encoding="unicode")
 
 
-def check_xml_references(xml: str, assets: Mapping[str, bytes]) -> None:
-    """Refuse XML that would make MuJoCo open anything but bundle members.
+#: The only XML declaration a bundle may start with; nothing else of the <?...?> or <!...> kinds.
+_XML_DECL_RE = re.compile(r"""<\?xml\s+version\s*=\s*(["'])1\.[0-9]\1(?:\s+encoding\s*=\s*(["'])(?i:utf-8)\2)?"""
+                          r"""(?:\s+standalone\s*=\s*(["'])(?:yes|no)\3)?\s*\?>""")
+_MARKUP_DECL_RE = re.compile(r"<!(?!--)|<\?")
+_BAD_ENTITY_RE = re.compile(r"&(?!(?:amp|lt|gt|quot|apos);)")
+_BAD_CHAR_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff\ufffe\uffff]")
+MAX_XML_DEPTH = 512
+MAX_SUBMODEL_DEPTH = 0  # MuJoCo reads <model file=...> from the host disk, never from the assets
+# Declared sizes checked before MuJoCo sees a bundle (the compile child enforces hard limits too).
+MAX_REPLICATED = 100_000  # product of nested <replicate count>
+MAX_GENERATED = 100_000  # <composite>/<flexcomp> count products
+MAX_TEXTURE_PIXELS = 1 << 26  # 8192 x 8192, per builtin texture or decoded PNG
+MAX_HFIELD_SAMPLES = 1 << 26
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-    MuJoCo opens absolute and '../' paths in file=, *dir= and <include> even when an assets dict
-    is given, so every such reference must name a bundle member exactly.
+
+def _refuse(what: str) -> UnsafeBundleError:
+    return UnsafeBundleError(f"{what}; the bundle may be hostile (bundles hold plain, flattened MJCF)")
+
+
+def check_xml_text(xml: str) -> None:
+    """Refuse text that two XML parsers could read differently, before any parser sees it.
+
+    The checker below parses with ElementTree and MuJoCo with TinyXML2: a DOCTYPE (internal subset,
+    external id), custom entity or character references, processing instructions, CDATA or
+    control characters could make them see different documents.
     """
+    if not isinstance(xml, str):
+        raise _refuse("the bundled XML is not text")
+    decl = _XML_DECL_RE.match(xml)
+    body = xml[decl.end():] if decl else xml
+    found = _MARKUP_DECL_RE.search(body)
+    if found:
+        kind = "a processing instruction or second XML declaration" if found.group() == "<?" else \
+            "a DOCTYPE, entity declaration, CDATA section or other <! declaration"
+        raise _refuse(f"the bundled XML contains {kind} at offset {found.start() + (decl.end() if decl else 0)}")
+    found = _BAD_ENTITY_RE.search(xml)
+    if found:
+        raise _refuse(f"the bundled XML uses an entity or character reference at offset {found.start()} "
+                      "(only &amp; &lt; &gt; &quot; &apos; are allowed)")
+    found = _BAD_CHAR_RE.search(xml)
+    if found:
+        raise _refuse(f"the bundled XML contains the control character {found.group()!r} at offset {found.start()}")
+
+
+def _parse_xml(xml: str) -> ET.Element:
+    """ElementTree's view of already text-checked XML, refusing deep nesting and namespaces."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    root, depth = None, 0
     try:
-        root = ET.fromstring(xml)
+        parser.feed(xml)
+        for event, element in parser.read_events():
+            if event == "end":
+                depth -= 1
+                continue
+            depth += 1
+            root = element if root is None else root
+            if depth > MAX_XML_DEPTH:
+                raise _refuse(f"the bundled XML nests elements more than {MAX_XML_DEPTH} deep")
+            if not isinstance(element.tag, str) or ":" in element.tag or "{" in element.tag:
+                raise _refuse(f"the bundled XML uses a namespaced element {element.tag!r}")
+            for attr in element.attrib:
+                if ":" in attr or "{" in attr or attr == "xmlns":
+                    raise _refuse(f"the bundled XML uses a namespaced attribute {attr!r} in <{element.tag}>")
+        parser.close()
     except ET.ParseError as exc:
         raise UnsafeBundleError(f"the bundled XML is not well-formed: {exc}") from None
+    if root is None:
+        raise UnsafeBundleError("the bundled XML has no root element")
+    return root
+
+
+def _numbers(element: ET.Element, attr: str) -> list[float]:
+    try:
+        values = [float(v) for v in (element.get(attr) or "").split()]
+    except ValueError:
+        return []  # MuJoCo reports malformed numbers itself
+    return [v if math.isfinite(v) else float("inf") for v in values]
+
+
+def _product(values: list[float]) -> float:
+    return math.prod(max(1.0, v) for v in values) if values else 1.0
+
+
+def _memory_bytes(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9]+)\s*([KMGT]?)\s*", text or "")
+    return int(m.group(1)) * 1024 ** "_KMGT".index(m.group(2) or "_") if m else 0.0
+
+
+def _check_declared_sizes(root: ET.Element, assets: Mapping[str, bytes]) -> None:
+    """Bound the work and memory a model's own numbers ask for, before compiling it."""
+    from .compile_child import MAX_ARENA_BYTES
+
+    def walk(element: ET.Element, replicated: float) -> None:
+        stack = [(element, replicated)]
+        while stack:
+            el, rep = stack.pop()
+            tag = el.tag
+            if tag == "replicate":
+                rep *= _product(_numbers(el, "count"))
+                if rep > MAX_REPLICATED:
+                    raise _refuse(f"<replicate> elements multiply to {rep:g} copies (limit {MAX_REPLICATED})")
+            elif tag in ("composite", "flexcomp") and _product(_numbers(el, "count")) * rep > MAX_GENERATED:
+                raise _refuse(f"<{tag} count={el.get('count')!r}> generates more than {MAX_GENERATED} elements")
+            elif tag == "texture":
+                pixels = _product(_numbers(el, "width")) * _product(_numbers(el, "height"))
+                if pixels > MAX_TEXTURE_PIXELS:
+                    raise _refuse(f"texture {el.get('name')!r} declares {pixels:g} pixels (limit {MAX_TEXTURE_PIXELS})")
+            elif tag == "hfield":
+                samples = _product(_numbers(el, "nrow")) * _product(_numbers(el, "ncol"))
+                if samples > MAX_HFIELD_SAMPLES:
+                    raise _refuse(f"height field {el.get('name')!r} declares {samples:g} samples")
+            elif tag == "size" and _memory_bytes(el.get("memory", "")) > MAX_ARENA_BYTES:
+                raise _refuse(f"<size memory={el.get('memory')!r}> is above the replay limit of {MAX_ARENA_BYTES} bytes")
+            stack.extend((child, rep) for child in el)
+
+    walk(root, 1.0)
+    for name, data in assets.items():
+        if data[:8] == _PNG_SIGNATURE and len(data) >= 24 and data[12:16] == b"IHDR":
+            width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+            if width * height > MAX_TEXTURE_PIXELS:
+                raise _refuse(f"PNG asset {name!r} decodes to {width}x{height} pixels (limit {MAX_TEXTURE_PIXELS})")
+
+
+def check_bundle_xml(xml: str, assets: Mapping[str, bytes]) -> None:
+    """Refuse bundle XML that would make MuJoCo open anything but bundle members, that two parsers
+    could read differently, or whose declared sizes are out of bounds.
+
+    MuJoCo opens absolute and '../' paths in file=, *dir= and <include> even when an assets dict
+    is given (and <model file=...> sub-models always from disk), so every file reference must name
+    a bundle member exactly and sub-models are refused.
+    """
+    check_xml_text(xml)
+    root = _parse_xml(xml)
     for element in root.iter():
-        tag = element.tag if isinstance(element.tag, str) else ""
+        tag = element.tag
         if tag == "include":
             raise UnsafeBundleError("the bundled XML contains <include>; bundles must be flattened")
+        if tag == "model" and element.get("file") is not None:
+            raise _refuse(f"the bundled XML loads a sub-model from file {element.get('file')!r} (<model file=...>), "
+                          "which MuJoCo reads from the host disk, not from the bundle")
         for attr, value in element.attrib.items():
             if attr in _DIR_ATTRS and value:
                 raise UnsafeBundleError(f"the bundled XML sets {tag} {attr}={value!r}; bundles must not name directories")
@@ -429,3 +576,4 @@ def check_xml_references(xml: str, assets: Mapping[str, bytes]) -> None:
                 raise UnsafeBundleError(
                     f"the bundled XML references {attr}={value!r} in <{tag}>, which is not a bundle member"
                 )
+    _check_declared_sizes(root, assets)

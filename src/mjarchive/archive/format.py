@@ -16,7 +16,8 @@ FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
 BUNDLE_GROUP = "model"
 
-#: Track names become store keys, so they are validated before any use.
+#: Track names become store keys, so they are validated before any use. Every pattern of the spec
+#: is a full-string match: use `fullmatch` (with `re.match`, `$` also matches before a final "\n").
 TRACK_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 RESERVED_ARRAYS = frozenset({"time", "qpos", "mocap_pos", "mocap_quat", "reset", "world_id", BUNDLE_GROUP})
 
@@ -29,11 +30,34 @@ MAX_CHUNK_BYTES = 256 * 2**20
 MAX_WORLDS = 1 << 20
 MAX_FRAMES = 1 << 40
 MAX_TRACK_ELEMENTS = 1 << 16  # per (frame, world)
+# Every JSON document read from an archive (each zarr.json: root and bundle attributes included) is
+# checked against these before it is parsed; 64 MiB holds the root attributes of MAX_WORLDS worlds.
+MAX_JSON_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 32  # spec: "nesting depth of one JSON document"
+# Reads of more frame chunks than this go block by block, so a hostile frame count fails at its first
+# missing chunk instead of first building per-chunk work lists of its length.
+MAX_READ_CHUNKS = 256
+# An appending writer pre-grows arrays by 16 chunks; longer ones are refused (trimming them at close
+# would enumerate every declared chunk).
+MAX_UNCOMMITTED_CHUNKS = 64
+
+# Manifest limits (spec/README.md, "Root attributes"); the writer refuses to record beyond them.
+MAX_CHUNK_FRAMES = 1 << 16
+MAX_NQ = 1 << 24  # nq and nv
+MAX_MOCAP = 1 << 20
+MAX_WORLD_ID = 2**63 - 1  # world IDs are stored as int64
+MAX_TRACKS = 256
+MAX_JOINTS = 1 << 20
+MAX_CAMERAS = 1 << 16
+MAX_NAME_CHARS = 1024  # joint, mocap body and camera names
+MIN_RATE, MAX_RATE = 1e-6, 1e6  # output_fps and playback_speed; timestep lies in [MIN_TIMESTEP, MAX_RATE] s
+MIN_TIMESTEP = 1e-12
+ABS_ERROR_EXPONENTS = range(-64, 33)  # precision.abs_error is 2**k for k in this range
 
 
 def check_track_name(name: str) -> str:
     """Validate a user-chosen track name; it becomes a store key."""
-    if not isinstance(name, str) or not TRACK_NAME_RE.match(name) or name in RESERVED_ARRAYS:
+    if not isinstance(name, str) or not TRACK_NAME_RE.fullmatch(name) or name in RESERVED_ARRAYS:
         raise FormatError(
             f"invalid track name {name!r}: use 1-64 lowercase letters, digits or '_', starting with a "
             f"letter, and none of {sorted(RESERVED_ARRAYS)}"

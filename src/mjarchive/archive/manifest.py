@@ -5,17 +5,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 
 from .bundle import QposLayout
 from .._errors import FormatError, FormatVersionError
 from .format import (
+    ABS_ERROR_EXPONENTS,
     FORMAT_MAJOR,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_CAMERAS,
+    MAX_CHUNK_FRAMES,
+    MAX_FRAMES,
+    MAX_JOINTS,
+    MAX_MOCAP,
+    MAX_NAME_CHARS,
+    MAX_NQ,
+    MAX_RATE,
     MAX_TRACK_ELEMENTS,
+    MAX_TRACKS,
+    MAX_WORLD_ID,
     MAX_WORLDS,
+    MIN_RATE,
+    MIN_TIMESTEP,
     ROOT_ATTR,
     STORAGE_DTYPES,
     TRACK_DTYPES,
@@ -107,28 +121,18 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: Any) -> tuple[Manifest, int, str]:
-        """Parse and validate root attributes; returns (manifest, committed frame count, status)."""
-        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
-            raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
-        version = d.get("format_version")
-        if not isinstance(version, str) or not version.count(".") == 1 or not all(p.isdigit() for p in version.split(".")):
-            raise FormatError(f"malformed format_version {version!r}")
-        if int(version.split(".")[0]) > FORMAT_MAJOR:
-            raise FormatVersionError(
-                f"archive format {version} is newer than this mjarchive supports ({FORMAT_VERSION}); "
-                "upgrade mjarchive (pip install -U mjarchive)"
-            )
-        if int(version.split(".")[0]) < FORMAT_MAJOR:
-            raise FormatVersionError(f"archive format {version} predates format 1.0 and cannot be read")
-        _validate_schema(d)
+        """Parse and validate root attributes; returns (manifest, committed frame count, status).
+
+        Raises FormatError naming the key and the rule (FormatVersionError for an unsupported
+        major version). The checks are hand-written and cover everything the JSON Schema says
+        plus the rules a schema cannot express; `check_schema()` runs the schema itself.
+        """
+        version = _check_format(d)
+        _check_manifest(d)
         storage, model = d["storage"], d["model"]
-        world_ids = tuple(d["world_ids"])
-        if len(set(world_ids)) != len(world_ids):
-            raise FormatError("world_ids contains duplicates")
-        tracks = {check_track_name(n): TrackSpec.parse(t) for n, t in d["tracks"].items()}
         precision = storage["precision"]
         manifest = cls(
-            world_ids=world_ids,
+            world_ids=tuple(d["world_ids"]),
             layout=QposLayout.from_dict(model["layout"]),
             model_sha256=model["sha256"],
             timestep=float(d["timestep"]),
@@ -139,15 +143,13 @@ class Manifest:
             chunk_frames=storage["chunk_frames"],
             chunk_worlds=storage["chunk_worlds"],
             shard_worlds=storage["shard_worlds"],
-            tracks=tracks,
+            tracks={n: TrackSpec.parse(t) for n, t in d["tracks"].items()},
             created=d["created"],
             producer=dict(d["producer"]),
             mujoco_version=d["mujoco_version"],
             format_version=version,
         )
-        if tuple(manifest.cameras) != tuple(d["cameras"]):
-            raise FormatError("cameras do not match the model layout's cameras")
-        return manifest, as_int(d["n_frames"], "committed frame count n_frames"), d["status"]
+        return manifest, d["n_frames"], d["status"]
 
 
 def read_manifest(root: Any) -> tuple[Manifest, int, str]:
@@ -158,6 +160,198 @@ def read_manifest(root: Any) -> tuple[Manifest, int, str]:
     return Manifest.from_dict(attrs[ROOT_ATTR])
 
 
+# -- validation of untrusted root attributes (spec/README.md, "Root attributes") ---------------------
+_VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")  # always fullmatch: `$` would accept a final "\n"
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_PRODUCER_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: No name or informational string may contain these: C0 and C1 controls and DEL, the line and
+#: paragraph separators, bidirectional embedding/override/isolate controls, lone surrogates.
+_UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_JOINT_SIZES = {"free": (7, 6), "ball": (4, 3), "slide": (1, 1), "hinge": (1, 1)}  # (qpos, dof)
+_ABS_ERRORS = frozenset(2.0**k for k in ABS_ERROR_EXPONENTS)
+_ROOT_KEYS = ("format", "format_version", "created", "producer", "mujoco_version", "timestep", "output_fps",
+              "playback_speed", "world_ids", "cameras", "model", "storage", "tracks", "status", "n_frames")
+_LAYOUT_KEYS = ("nq", "nv", "nmocap", "joints", "mocap_bodies", "cameras")
+_STORAGE_KEYS = ("dtype", "precision", "chunk_frames", "chunk_worlds", "shard_worlds")
+_MAX_PRODUCER_KEYS = 64
+
+
+def _fail(where: str, problem: str) -> NoReturn:
+    raise FormatError(f"invalid archive metadata at {where}: {problem}; this is not a valid mjarchive 1.x "
+                      "archive (see spec/README.md, Root attributes)")
+
+
+def _obj(value: Any, where: str, keys: tuple[str, ...], *, closed: bool = True) -> dict:
+    if type(value) is not dict:
+        _fail(where, f"expected an object, found {type(value).__name__}")
+    missing = [k for k in keys if k not in value]
+    if missing:
+        _fail(where, f"missing required key(s) {missing}")
+    if closed and len(value) != len(keys):
+        _fail(where, f"unknown key(s) {sorted(set(value) - set(keys))[:5]} (this object is closed in format 1.x)")
+    return value
+
+
+def _list(value: Any, where: str, hi: int, *, lo: int = 0) -> list:
+    if type(value) is not list:
+        _fail(where, f"expected an array, found {type(value).__name__}")
+    if not lo <= len(value) <= hi:
+        _fail(where, f"has {len(value)} items; between {lo} and {hi} are allowed")
+    return value
+
+
+def _int(value: Any, where: str, lo: int, hi: int) -> int:
+    # type() rather than isinstance(): JSON true is not 1, and 5.0 is not an integer.
+    if type(value) is not int or not lo <= value <= hi:
+        _fail(where, f"must be an integer (no fraction or exponent) in [{lo}, {hi}], found {value!r}")
+    return value
+
+
+def _number(value: Any, where: str, lo: float, hi: float) -> float:
+    if type(value) not in (int, float) or not lo <= value <= hi:  # also refuses NaN
+        _fail(where, f"must be a finite number in [{lo:g}, {hi:g}], found {value!r}")
+    return value
+
+
+def _string(value: Any, where: str, max_chars: int) -> str:
+    if type(value) is not str or len(value) > max_chars or _UNSAFE_CHARS.search(value):
+        _fail(where, f"must be a string of at most {max_chars} characters without control characters, "
+                     f"found {value!r:.80}")
+    return value
+
+
+def _names(values: list, where: str) -> None:
+    """Joint, mocap body or camera names: bounded, no control characters; non-empty ones distinct."""
+    for i, name in enumerate(values):
+        _string(name, f"{where}[{i}]", MAX_NAME_CHARS)
+    named = [n for n in values if n]
+    if len(set(named)) != len(named):
+        _fail(where, "repeats a name (MuJoCo names are unique per kind; only unnamed entries \"\" may repeat)")
+
+
+def _check_format(d: Any) -> str:
+    """Check `format` and `format_version`, first of all; returns the version."""
+    if type(d) is not dict or d.get("format") != FORMAT_NAME:
+        raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
+    version = d.get("format_version")
+    if type(version) is not str or not _VERSION_RE.fullmatch(version):
+        _fail("format_version", f"must be MAJOR.MINOR, 1-4 ASCII digits each and nothing else, found {version!r:.40}")
+    major = int(version.split(".")[0])
+    if major > FORMAT_MAJOR:
+        raise FormatVersionError(
+            f"archive format {version} is newer than this mjarchive supports ({FORMAT_VERSION}); "
+            "upgrade mjarchive (pip install -U mjarchive)"
+        )
+    if major < FORMAT_MAJOR:
+        raise FormatVersionError(f"archive format {version} predates format 1.0 and cannot be read")
+    return version
+
+
+def _check_manifest(d: dict) -> None:
+    """Every rule of the root attributes after the version, cheapest and size-bounding checks first."""
+    _obj(d, "(root)", _ROOT_KEYS, closed=False)
+    # Lengths first, so that a hostile list of millions of items is refused before anything walks it.
+    world_ids = _list(d["world_ids"], "world_ids", MAX_WORLDS, lo=1)
+    model = _obj(d["model"], "model", ("sha256", "layout"))
+    layout = _obj(model["layout"], "model.layout", _LAYOUT_KEYS)
+    joints = _list(layout["joints"], "model.layout.joints", MAX_JOINTS)
+    mocap = _list(layout["mocap_bodies"], "model.layout.mocap_bodies", MAX_MOCAP)
+    cameras = _list(layout["cameras"], "model.layout.cameras", MAX_CAMERAS)
+    _list(d["cameras"], "cameras", MAX_CAMERAS)
+    producer = d["producer"]
+    _obj(producer, "producer", ("name", "version", "backend"), closed=False)
+    if len(producer) > _MAX_PRODUCER_KEYS:
+        _fail("producer", f"has {len(producer)} keys (at most {_MAX_PRODUCER_KEYS})")
+    tracks = d["tracks"]
+    if type(tracks) is not dict or len(tracks) > MAX_TRACKS:
+        _fail("tracks", f"must be an object of at most {MAX_TRACKS} tracks")
+    storage = _obj(d["storage"], "storage", _STORAGE_KEYS)
+
+    # Scalars.
+    _string(d["created"], "created", 64)
+    _string(d["mujoco_version"], "mujoco_version", 64)
+    for key, value in producer.items():
+        if key in ("name", "version", "backend"):
+            _string(value, f"producer.{key}", 256)
+        elif type(key) is not str or not _PRODUCER_KEY_RE.fullmatch(key):
+            _fail("producer", f"key {key!r:.80} is not 1-64 characters of letters, digits, '_', '.', '-'")
+        else:
+            _string(value, f"producer.{key}", 4096)
+    _number(d["timestep"], "timestep", MIN_TIMESTEP, MAX_RATE)
+    if d["output_fps"] is not None:
+        _number(d["output_fps"], "output_fps", MIN_RATE, MAX_RATE)
+    _number(d["playback_speed"], "playback_speed", MIN_RATE, MAX_RATE)
+    status = d["status"]
+    if type(status) is not str or status not in ("live", "finalized"):
+        _fail("status", f"must be \"live\" or \"finalized\", found {status!r:.80}")
+    _int(d["n_frames"], "n_frames", 0, MAX_FRAMES)
+
+    # World IDs: int64, non-negative (as writers require), distinct.
+    if not all(type(w) is int for w in world_ids):
+        bad = next(w for w in world_ids if type(w) is not int)
+        _fail("world_ids", f"must hold integers (no fraction or exponent), found {bad!r:.80}")
+    if min(world_ids) < 0 or max(world_ids) > MAX_WORLD_ID:
+        _fail("world_ids", f"must lie in [0, 2**63 - 1], found {min(world_ids)} .. {max(world_ids)}")
+    if len(set(world_ids)) != len(world_ids):
+        _fail("world_ids", "contains duplicates")
+
+    # The model: hash, layout sizes, then each joint; the layout must be internally consistent.
+    if type(model["sha256"]) is not str or not _SHA256_RE.fullmatch(model["sha256"]):
+        _fail("model.sha256", "must be 64 lowercase hexadecimal digits")
+    nq = _int(layout["nq"], "model.layout.nq", 0, MAX_NQ)
+    nv = _int(layout["nv"], "model.layout.nv", 0, MAX_NQ)
+    nmocap = _int(layout["nmocap"], "model.layout.nmocap", 0, MAX_MOCAP)
+    if len(mocap) != nmocap:
+        _fail("model.layout.mocap_bodies", f"has {len(mocap)} names but nmocap = {nmocap}")
+    adr = dofs = 0
+    for i, joint in enumerate(joints):
+        where = f"model.layout.joints[{i}]"
+        if type(joint) is not list or len(joint) != 3:
+            _fail(where, "must be [name, type, qpos address]")
+        kind = joint[1]
+        if type(kind) is not str or kind not in _JOINT_SIZES:
+            _fail(where, f"joint type must be one of {sorted(_JOINT_SIZES)}, found {kind!r:.40}")
+        if _int(joint[2], where + "[2]", 0, MAX_NQ) != adr:
+            _fail(where, f"qpos address {joint[2]} is not {adr}: joints occupy qpos contiguously in model order")
+        adr, dofs = adr + _JOINT_SIZES[kind][0], dofs + _JOINT_SIZES[kind][1]
+    if (adr, dofs) != (nq, nv):
+        _fail("model.layout", f"joints occupy nq = {adr} and nv = {dofs}, but the layout says nq = {nq}, nv = {nv}")
+    _names([j[0] for j in joints], "model.layout.joints (names)")
+    _names(mocap, "model.layout.mocap_bodies")
+    _names(cameras, "model.layout.cameras")
+    if d["cameras"] != cameras:
+        _fail("cameras", "must equal model.layout.cameras")
+
+    # Storage.
+    if type(storage["dtype"]) is not str or storage["dtype"] not in STORAGE_DTYPES:
+        _fail("storage.dtype", f"must be one of {sorted(STORAGE_DTYPES)}, found {storage['dtype']!r:.40}")
+    precision = storage["precision"]
+    if precision is not None:
+        _obj(precision, "storage.precision", ("mode", "abs_error"))
+        if precision["mode"] != "quantize":
+            _fail("storage.precision.mode", f"must be \"quantize\", found {precision['mode']!r:.40}")
+        e = precision["abs_error"]
+        if type(e) not in (int, float) or e not in _ABS_ERRORS:
+            _fail("storage.precision.abs_error", f"must be a power of two 2**k, k in [{ABS_ERROR_EXPONENTS.start}, "
+                                                 f"{ABS_ERROR_EXPONENTS.stop - 1}] (as writers produce it), found {e!r}")
+    _int(storage["chunk_frames"], "storage.chunk_frames", 1, MAX_CHUNK_FRAMES)
+    _int(storage["chunk_worlds"], "storage.chunk_worlds", 1, 1)
+    _int(storage["shard_worlds"], "storage.shard_worlds", 1, len(world_ids))
+
+    # Tracks: names are store keys.
+    for name, entry in tracks.items():
+        check_track_name(name)
+        entry = _obj(entry, f"tracks.{name}", ("shape", "dtype"))
+        shape = _list(entry["shape"], f"tracks.{name}.shape", 4)
+        for i, n in enumerate(shape):
+            _int(n, f"tracks.{name}.shape[{i}]", 1, MAX_TRACK_ELEMENTS)
+        if math.prod(shape) > MAX_TRACK_ELEMENTS:
+            _fail(f"tracks.{name}.shape", f"has {math.prod(shape)} elements (at most {MAX_TRACK_ELEMENTS})")
+        if type(entry["dtype"]) is not str or entry["dtype"] not in TRACK_DTYPES:
+            _fail(f"tracks.{name}.dtype", f"must be one of {sorted(TRACK_DTYPES)}, found {entry['dtype']!r:.40}")
+
+
+# -- the JSON Schema (spec/root-attributes.schema.json) ------------------------------------------------
 _SCHEMA: dict | None = None
 _VALIDATOR = None
 
@@ -170,12 +364,17 @@ def root_schema() -> dict:
     return _SCHEMA
 
 
-def _validate_schema(d: dict) -> None:
+def check_schema(d: Any) -> None:
+    """Validate root attributes against the JSON Schema alone; raises FormatError explaining the failure.
+
+    `Manifest.from_dict` does not call this: its hand-written checks enforce everything the schema
+    does (and what a schema cannot: integers written as 5.0, powers of two, ...) at a fraction of
+    the cost. Use this to explain a document with a generic tool's eyes, and in conformance tests.
+    """
     import jsonschema
 
-    # Cap list lengths before the schema walks every item (a hostile 2M-entry list takes ~40 s).
-    if isinstance(d.get("world_ids"), list) and len(d["world_ids"]) > MAX_WORLDS:
-        raise FormatError(f"archive declares {len(d['world_ids'])} worlds (limit {MAX_WORLDS})")
+    if type(d) is dict and type(d.get("world_ids")) is list and len(d["world_ids"]) > MAX_WORLDS:
+        raise FormatError(f"archive declares {len(d['world_ids'])} worlds (limit {MAX_WORLDS})")  # before walking it
     global _VALIDATOR
     if _VALIDATOR is None:  # jsonschema.validate() re-checks the schema itself on every call (~0.1 s)
         _VALIDATOR = jsonschema.validators.validator_for(root_schema())(root_schema())
@@ -183,7 +382,3 @@ def _validate_schema(d: dict) -> None:
     if exc is not None:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise FormatError(f"archive metadata fails the mjarchive schema at {where}: {exc.message}") from None
-    if len(d["world_ids"]) > MAX_WORLDS:
-        raise FormatError(f"archive declares {len(d['world_ids'])} worlds (limit {MAX_WORLDS})")
-    if d["storage"]["dtype"] not in STORAGE_DTYPES:
-        raise FormatError(f"storage dtype {d['storage']['dtype']!r} is not allowed")

@@ -10,9 +10,11 @@ import numpy as np
 import zarr
 
 from .bundle import ModelBundle
+from .sandbox import compile_untrusted
 from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from .format import (
     BUNDLE_GROUP,
+    MAX_READ_CHUNKS,
     check_array,
 )
 from .manifest import Manifest, read_manifest
@@ -145,8 +147,13 @@ class Archive:
         return bundle
 
     def model(self) -> mujoco.MjModel:
-        """Compile the embedded model (layout-checked against the manifest)."""
-        model = self.bundle.compile()
+        """Compile the embedded model (layout-checked against the manifest).
+
+        The bundle is untrusted: it is checked, then compiled in a child process under time and
+        memory limits (once per bundle content and process; see `archive/sandbox.py`).
+        """
+        self._check_open()
+        model = compile_untrusted(self.bundle)
         self.manifest.layout.check_compatible(model)
         return model
 
@@ -219,13 +226,32 @@ class Archive:
     def _read(self, name: str, frames: slice | np.ndarray, worlds: np.ndarray | None) -> np.ndarray:
         self._check_open()
         arr = self._arrays[name]
-        try:
-            if worlds is None:
-                return np.asarray(arr.oindex[frames] if isinstance(frames, np.ndarray) else arr[frames])
-            w_sel: Any = worlds
+        w_sel: Any = None
+        if worlds is not None:
+            w_sel = worlds
             if worlds.size and np.array_equal(worlds, np.arange(worlds[0], worlds[0] + worlds.size)):
                 w_sel = slice(int(worlds[0]), int(worlds[0]) + worlds.size)
-            return np.asarray(arr.oindex[frames, w_sel])
+        try:
+            if isinstance(frames, slice):
+                frames = range(frames.start, frames.stop, frames.step or 1)
+            block = MAX_READ_CHUNKS * self.manifest.chunk_frames
+            if len(frames) <= block:
+                return _read_frames(arr, frames, w_sel)
+            # Block by block, the last first: a frame count that no stored chunk backs fails at a missing
+            # chunk before the output is allocated or zarr lists per-chunk work of that length.
+            starts = range(0, len(frames), block)
+            last = _read_frames(arr, frames[starts[-1]:], w_sel)
+            try:
+                out = np.empty((len(frames), *last.shape[1:]), last.dtype)
+            except MemoryError:
+                raise SelectionError(
+                    f"reading {len(frames)} frames of {name!r} needs {len(frames) * last[:1].nbytes} bytes, more "
+                    "than this process can allocate; select fewer frames or worlds"
+                ) from None
+            out[starts[-1]:] = last
+            for lo in starts[:-1]:
+                out[lo:lo + block] = _read_frames(arr, frames[lo:lo + block], w_sel)
+            return out
         except MjArchiveError:
             raise
         except Exception as exc:
@@ -285,7 +311,9 @@ class Selection:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (len(self.frame_indices), len(self._worlds))
+        frames = self._frames
+        n = len(range(frames.start, frames.stop, frames.step or 1)) if isinstance(frames, slice) else len(frames)
+        return (n, len(self._worlds))
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("_") or name not in self.archive._arrays:
@@ -301,6 +329,18 @@ class Selection:
 
     def __repr__(self) -> str:
         return f"<Selection frames={self.shape[0]} worlds={list(self.world_ids)[:8]}>"
+
+
+def _read_frames(arr: Any, frames: range | np.ndarray, w_sel: Any) -> np.ndarray:
+    if isinstance(frames, range):
+        f_sel: Any = slice(frames.start, frames.stop, frames.step if frames.step != 1 else None)
+        if w_sel is None:
+            return np.asarray(arr[f_sel])
+    else:
+        f_sel = frames
+        if w_sel is None:
+            return np.asarray(arr.oindex[f_sel])
+    return np.asarray(arr.oindex[f_sel, w_sel])
 
 
 def _get_array(root: zarr.Group, name: str) -> Any:

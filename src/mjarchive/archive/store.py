@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import zarr
 import zarr.storage
 from zarr.core.sync import sync
 
-from .._errors import ArchiveExistsError, ArchiveNotFoundError, MjArchiveError
+from .._errors import ArchiveExistsError, ArchiveNotFoundError, FormatError, MjArchiveError
+from .checkedstore import CheckedStore
+from .safestore import SafeLocalStore, walk_files
 
 __all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "remove_partial_files"]
 
@@ -69,16 +72,24 @@ def make_store(location: Any, *, read_only: bool, storage_options: dict | None =
     """A Zarr store for a path, a `file://`/`memory://`/`s3://`... URL, or an existing store object.
 
     `storage_options` configure the fsspec filesystem of a URL; they are an error for local paths,
-    memory URLs and store objects, which take none.
+    memory URLs and store objects, which take none. Every store comes wrapped in a CheckedStore
+    (bounded metadata and chunks, missing committed chunks are damage); local paths use a
+    SafeLocalStore, which follows no symlink and opens no FIFO or device inside the archive.
     """
+    if isinstance(location, CheckedStore):
+        return location.with_read_only(read_only) if location.read_only != read_only else location
+    return CheckedStore(_plain_store(location, read_only=read_only, storage_options=storage_options))
+
+
+def _plain_store(location: Any, *, read_only: bool, storage_options: dict | None) -> Any:
     path = local_path(location)
     if storage_options and not (is_url(location) and not location.startswith("memory://")):
         raise MjArchiveError(
             f"storage_options only apply to fsspec URLs such as 's3://bucket/run.mjarchive'; "
             f"{_describe(location)} takes none, so drop them"
         )
-    if path is not None and not isinstance(location, zarr.storage.LocalStore):
-        return zarr.storage.LocalStore(path, read_only=read_only)
+    if path is not None:
+        return SafeLocalStore(path, read_only=read_only)
     if isinstance(location, str):
         if location.startswith("memory://"):
             return _memory_store(location, read_only)
@@ -113,12 +124,13 @@ def remove_partial_files(location: Any) -> int:
     path = local_path(location)
     if path is None or not path.is_dir():
         return 0
+    # Walked without following anything; a link, FIFO or device anywhere inside is refused.
+    store = SafeLocalStore(path, read_only=False)
     removed = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            if _PARTIAL_RE.search(name):
-                Path(dirpath, name).unlink(missing_ok=True)
-                removed += 1
+    for key in walk_files(path):
+        if _PARTIAL_RE.search(key):
+            sync(store.delete(key))
+            removed += 1
     return removed
 
 
@@ -155,14 +167,24 @@ def create_root(location: Any, *, overwrite: bool, storage_options: dict | None 
 def open_root(location: Any, *, mode: str, storage_options: dict | None = None) -> zarr.Group:
     """Open the archive's root group for reading ('r') or appending ('a')."""
     path = local_path(location)
-    if path is not None and not (path / "zarr.json").is_file():
-        raise ArchiveNotFoundError(
-            f"no archive at {str(path)!r} (no zarr.json there); create one with mjarchive.create()"
-        )
+    if path is not None:
+        try:
+            mode_bits = os.lstat(path / "zarr.json").st_mode  # not followed: the root may be a link, not its files
+        except (FileNotFoundError, NotADirectoryError):
+            mode_bits = None
+        if mode_bits is None or stat.S_ISDIR(mode_bits):
+            raise ArchiveNotFoundError(
+                f"no archive at {str(path)!r} (no zarr.json there); create one with mjarchive.create()"
+            )
+        if not stat.S_ISREG(mode_bits):
+            raise FormatError(f"{str(path / 'zarr.json')!r} is not a regular file (a link, FIFO or device); "
+                              "mjarchive reads archives made of plain files only")
     store = make_store(location, read_only=(mode == "r"), storage_options=storage_options)
     try:
         # zarr_format=3: skip probing for Zarr v2 keys (.zgroup, .zattrs), a round trip each remotely.
         return zarr.open_group(store=store, mode="r" if mode == "r" else "r+", use_consolidated=False, zarr_format=3)
+    except MjArchiveError:
+        raise
     except (FileNotFoundError, KeyError) as exc:
         raise ArchiveNotFoundError(
             f"no archive at {_describe(location)} ({exc}); check the location"

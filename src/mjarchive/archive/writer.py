@@ -16,7 +16,22 @@ import zarr.codecs
 
 from .bundle import ModelBundle, QposLayout
 from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
-from .format import BUNDLE_GROUP, FORMAT_VERSION, MAX_CHUNK_BYTES, MAX_WORLDS, ROOT_ATTR, STORAGE_DTYPES, check_track_name, quantize
+from .format import (
+    BUNDLE_GROUP,
+    FORMAT_VERSION,
+    MAX_CHUNK_BYTES,
+    MAX_CHUNK_FRAMES,
+    MAX_RATE,
+    MAX_UNCOMMITTED_CHUNKS,
+    MAX_WORLD_ID,
+    MAX_WORLDS,
+    MIN_RATE,
+    ROOT_ATTR,
+    STORAGE_DTYPES,
+    check_array,
+    check_track_name,
+    quantize,
+)
 from .manifest import Manifest, TrackSpec, read_manifest
 from .shards import ShardWriter
 from .shards import enabled as enabled_fast_shards
@@ -84,6 +99,21 @@ class _Arrays:
                 a.resize((n, *a.shape[1:]))
 
 
+def _check_resumed_arrays(arrays: _Arrays, frame_shapes: dict, cf: int, n_frames: int) -> None:
+    """Validate arrays reopened for appending as the reader does, before any chunk is read."""
+    limit = -(-n_frames // cf) * cf + MAX_UNCOMMITTED_CHUNKS * cf
+    for name, arr in arrays.arrays.items():
+        shape, dtype = frame_shapes[name]
+        check_array(arr, name, dtypes={str(dtype)}, ndim=1 + len(shape))
+        if tuple(arr.shape[1:]) != tuple(shape) or arr.chunks[0] != cf:
+            raise FormatError(f"array {name!r} has shape {arr.shape} and chunks {arr.chunks}; the manifest "
+                              f"declares (frames, {', '.join(map(str, shape))}) in chunks of {cf} frames")
+        if arr.shape[0] > limit:
+            # Trimming it at close() would enumerate every declared chunk.
+            raise FormatError(f"array {name!r} declares {arr.shape[0]} frames, far beyond the {n_frames} committed "
+                              f"(at most {limit}); the archive is corrupt")
+
+
 class ArchiveWriter:
     """Appends frames to an archive from one thread; compression and I/O run on a background thread.
 
@@ -98,7 +128,14 @@ class ArchiveWriter:
         self.manifest = manifest
         self.check_finite = check_finite
         self._root = root
-        self._arrays = _Arrays(root, manifest)
+        try:
+            self._arrays = _Arrays(root, manifest)
+        except MjArchiveError:
+            raise
+        except KeyError as exc:
+            raise FormatError(f"the archive is missing its array {exc}") from None
+        except Exception as exc:
+            raise FormatError(f"the archive's array metadata is unreadable: {exc!r}") from exc
         if self._arrays.capacity() < n_frames:
             raise FormatError(f"committed frame count {n_frames} exceeds the stored arrays ({self._arrays.capacity()})")
         self._n_appended = n_frames
@@ -126,14 +163,24 @@ class ArchiveWriter:
             self._frame_shapes[name] = ((W, *t.shape), np.dtype(t.dtype))
         # The chunk being filled: committed frames of a partial last chunk are reloaded on resume.
         cf = manifest.chunk_frames
-        self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+        _check_resumed_arrays(self._arrays, self._frame_shapes, cf, n_frames)
+        try:
+            self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+        except MemoryError:
+            raise MjArchiveError(f"a chunk buffer of {cf} frames × {W} worlds does not fit in memory") from None
         self._buffer_start = (n_frames // cf) * cf
         self._buffer_fill = n_frames - self._buffer_start
         if n_frames:
             sel = slice(self._buffer_start, n_frames)
-            for name in self._buffer:
-                self._buffer[name][: n_frames - self._buffer_start] = self._arrays.arrays[name][sel]
-            self._last_time = float(self._arrays.arrays["time"][n_frames - 1])
+            try:
+                for name in self._buffer:
+                    self._buffer[name][: n_frames - self._buffer_start] = self._arrays.arrays[name][sel]
+                self._last_time = float(self._arrays.arrays["time"][n_frames - 1])
+            except MjArchiveError:
+                raise
+            except Exception as exc:  # a corrupt chunk fails inside zarr or numcodecs
+                raise FormatError(f"reading the last committed chunk to resume appending failed; the archive "
+                                  f"may be corrupt: {exc!r}") from exc
         self._thread = threading.Thread(target=self._run, name="mjarchive-writer", daemon=True)
         self._thread.start()
 
@@ -372,22 +419,24 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
             raise MjArchiveError("pass world_ids=[...] (original world IDs) or n_worlds=N")
         world_ids = range(n_worlds)
     world_ids = tuple(int(w) for w in np.asarray(list(world_ids)).ravel())
-    if not world_ids or len(world_ids) > MAX_WORLDS or len(set(world_ids)) != len(world_ids) or min(world_ids) < 0:
-        raise MjArchiveError("world_ids must be 1 or more distinct non-negative integers")
+    if (not world_ids or len(world_ids) > MAX_WORLDS or len(set(world_ids)) != len(world_ids) or min(world_ids) < 0
+            or max(world_ids) > MAX_WORLD_ID):
+        raise MjArchiveError(f"world_ids must be 1 to {MAX_WORLDS} distinct integers in [0, 2**63 - 1] (int64)")
     if dtype not in STORAGE_DTYPES:
         raise MjArchiveError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
-    if precision is not None and not precision > 0:
+    if precision is not None and not (precision > 0 and math.isfinite(precision)):
         raise MjArchiveError("precision is an absolute error bound and must be > 0 (or None for lossless)")
-    if output_fps is not None and not output_fps > 0 or not playback_speed > 0:
-        raise MjArchiveError("output_fps and playback_speed must be > 0")
-    if not 1 <= chunk_frames <= 65536 or not 1 <= shard_worlds:
-        raise MjArchiveError("chunk_frames must be in [1, 65536] and shard_worlds >= 1")
+    if output_fps is not None and not MIN_RATE <= output_fps <= MAX_RATE or not MIN_RATE <= playback_speed <= MAX_RATE:
+        raise MjArchiveError(f"output_fps and playback_speed must be finite, in [{MIN_RATE:g}, {MAX_RATE:g}]")
+    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, (int, np.integer)) or not 1 <= chunk_frames <= MAX_CHUNK_FRAMES:
+        raise MjArchiveError(f"chunk_frames must be an integer in [1, {MAX_CHUNK_FRAMES}]")
+    if isinstance(shard_worlds, bool) or not isinstance(shard_worlds, (int, np.integer)) or not 1 <= shard_worlds:
+        raise MjArchiveError("shard_worlds must be an integer >= 1")
+    chunk_frames, shard_worlds = int(chunk_frames), int(shard_worlds)
     track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
     mj_model = bundle.compile()
     layout = QposLayout.from_model(mj_model)  # bundle.layout would compile the model again
     shard_worlds = _fit_shard_worlds(shard_worlds, chunk_frames, dtype, layout, track_specs)
-    # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
-    root = create_root(location, overwrite=overwrite, storage_options=storage_options)
     W = len(world_ids)
     shard_worlds = min(shard_worlds, W)
     manifest = Manifest(
@@ -400,9 +449,17 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
         producer={"name": "mjarchive", "version": _version(), "backend": backend},
         mujoco_version=mujoco.__version__,
     )
+    try:  # never write what readers refuse (a camera name with a newline, a timestep of 1e-300, ...)
+        Manifest.from_dict(manifest.to_dict(0, "live"))
+    except FormatError as exc:
+        raise MjArchiveError(f"cannot record this model or these settings: {exc}") from None
+    # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
+    root = create_root(location, overwrite=overwrite, storage_options=storage_options)
     bundle.to_zarr(root)
+    # write_empty_chunks: world_ids == [0] equals the fill value and would otherwise not be stored.
     wid = root.create_array("world_id", shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
-                            compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
+                            compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
+                            config={"write_empty_chunks": True})
     wid[:] = np.asarray(world_ids, dtype=np.int64)
     root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
                       compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)
@@ -439,10 +496,13 @@ def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, dtype: str, layout: 
 def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:
     """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
     itemsize = np.dtype(dtype).itemsize
+    # Zarr chunk extents must be >= 1: a zero-length trailing axis (qpos of a model with nq = 0)
+    # gets extent 1 (spec: "Zero-length axes"); such an array has no chunks at all.
+    tail_chunks = tuple(max(1, t) for t in tail)
     compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle" if itemsize > 1 else "noshuffle",
                                         typesize=itemsize)
     root.create_array(
-        name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail), shards=(chunk_frames, shard_worlds, *tail),
+        name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks), shards=(chunk_frames, shard_worlds, *tail_chunks),
         dtype=dtype, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0,
     )
 

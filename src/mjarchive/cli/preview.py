@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import MjArchiveError, SelectionError
+from .._fs import OutputDir
 
 __all__ = ["contact_sheet", "DEFAULT_ROWS", "DEFAULT_COLUMNS", "MAX_TILES"]
 
@@ -53,6 +55,8 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
 
     import mjarchive
 
+    with OutputDir(Path(out).parent) as folder:  # refuse a directory at the name before rendering
+        folder.check_writable(Path(out).name)
     n = archive.n_frames
     if n == 0:
         raise MjArchiveError("the archive has no committed frames yet; nothing to preview")
@@ -105,6 +109,10 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
     if seen != len(world_ids) * len(frame_idx):
         raise MjArchiveError(f"rendered {seen} tiles, expected {len(world_ids) * len(frame_idx)}")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(out, format="PNG")
+    buf = io.BytesIO()
+    sheet.save(buf, format="PNG")
+    # The sheet replaces whatever is at its name (a planted link is replaced, never written
+    # through: the user asked for a PNG file there); a directory there is refused.
+    with OutputDir(out.parent) as folder:
+        folder.write_bytes(out.name, buf.getvalue())
     return out

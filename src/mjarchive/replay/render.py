@@ -18,21 +18,25 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import stat
 import sys
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import mujoco
 import numpy as np
 
-from .._errors import MjArchiveError, SelectionError
+from .._errors import BackendError, MjArchiveError, SelectionError
+from .._fs import OutputDir
 from ..archive.reader import Archive
 from ..archive.reader import open as open_archive
 from . import cpu, warp
 from .cpu import FREE_CAMERA, QUALITIES, gl_renderer_name
-from .resume import RenderLedger, partial_path, request_key
+from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
 from ..archive.store import is_url, local_path
 from .video import GridComposer, VideoWriter, camera_label, grid_shape, video_name
 from .worker import RenderUnit, UnitResult, archive_for, bundle_model, lend_archive, model_for
@@ -117,7 +121,17 @@ def _resolve_cameras(model: mujoco.MjModel, cameras: Any) -> list[tuple[int, str
                     f"no camera {cam!r} in the model; choose from {[n for n in names if n]} "
                     f"(or ids 0..{model.ncam - 1}), or 'free' for MuJoCo's free camera"
                 )
-    return [(i, camera_label(names[i] if i >= 0 else None, i)) for i in dict.fromkeys(ids)]
+    out: list[tuple[int, str]] = []
+    used: set[str] = set()
+    for i in dict.fromkeys(ids):
+        label = camera_label(names[i] if i >= 0 else None, i)
+        k = 0
+        while label in used:  # names crafted to collide after sanitizing: still one file each
+            k += 1
+            label = f"cam{i}" if k == 1 else f"cam{i}-{k}"
+        used.add(label)
+        out.append((i, label))
+    return out
 
 
 def _split(frames: np.ndarray, chunk_frames: int, max_frames: int) -> list[tuple[int, ...]]:
@@ -274,10 +288,35 @@ def _prepare_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, bytes 
     return model, buf.tobytes()
 
 
-def _init_worker(gl_threads: int) -> None:
+def _init_worker(gl_threads: int, started: Any = None) -> None:
     """Pool worker set-up: software GL (Mesa llvmpipe) would start one raster thread per core in
-    every worker; share the cores instead. No effect on GPU drivers or when the user set it."""
+    every worker; share the cores instead. No effect on GPU drivers or when the user set it.
+    `started` (a shared counter) tells the parent that this worker got past start-up."""
     os.environ.setdefault("LP_NUM_THREADS", str(gl_threads))
+    if started is not None:
+        with started.get_lock():
+            started.value += 1
+
+
+_NO_MAIN_GUARD = ("worker processes could not start: a script that calls mjarchive.render() at module level "
+                  "needs `if __name__ == '__main__':` around it (spawned workers import the script again), "
+                  "or pass workers=1")
+
+
+def _refuse_in_spawning_worker() -> None:
+    """A spawned worker re-runs the caller's script while it starts; a render() reached there
+    (the script has no main guard) must not render or start a pool of its own. Exit that worker
+    quietly: the parent sees its pool break and raises one clear BackendError (_pool_broken)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # the flag spawn's own check uses
+        raise SystemExit(1)
+
+
+def _pool_broken(started: Any) -> BackendError:
+    main = sys.modules.get("__main__")
+    if started is not None and started.value == 0 and getattr(main, "__file__", None):
+        return BackendError(_NO_MAIN_GUARD)
+    return BackendError("a render worker process died (killed, out of memory, or a crash in the GL driver); "
+                        "rerun with workers=1 to see the error in this process")
 
 
 def _software_gl_hint(gl: str) -> None:
@@ -311,6 +350,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     warp_batch: (world, frame) states per Warp launch, packed across worlds (default: what the
     device's memory budget allows); the pixels do not depend on it.
     """
+    _refuse_in_spawning_worker()
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
     _check_choice("layout", layout, LAYOUTS)
@@ -318,6 +358,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         raise MjArchiveError("split_episodes=True needs layout='per-world': worlds reset at different frames")
     size = _check_size(size)
     arch, owned = _open_archive(archive, storage_options)
+    folder = None
     try:
         storage_options = storage_options if owned else arch._storage_options
         replay_model, mjb = _prepare_model(arch, model)
@@ -333,9 +374,14 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                              frames=frames, cameras=cams, size=size, quality=quality, backend=backend,
                              layout=layout, split_episodes=split_episodes, model_mjb=mjb, out_dir=out,
                              model=replay_model, warp_batch=warp_batch)
-        out.mkdir(parents=True, exist_ok=True)
+        # The folder path may be a link (the user's choice); what is inside it is not trusted. A
+        # directory at a video's name is refused before any rendering; links, FIFOs and files at
+        # the names are replaced by the finished videos (never written through).
+        folder = OutputDir(out)
+        for o in outputs:
+            folder.check_writable(o.path.name)
         fps = float(fps or arch.output_fps or 30.0)
-        ledger = RenderLedger(out, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER), {
+        ledger = RenderLedger(folder, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER), {
             "archive": str(arch.location), "worlds": [int(w) for w in sorted({w for o in outputs for w in o.world_ids})],
             "cameras": [label for _, label in cams], "size": list(size), "quality": quality, "backend": backend,
             "layout": layout, "fps": fps})
@@ -359,11 +405,13 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         if workers is None:
             workers = (os.cpu_count() or 1) if backend == "cpu" else 1
         workers = max(1, min(int(workers), max(1, n_units)))
-        own_pool = None
+        own_pool = started = None
         if executor is None and workers > 1:
+            ctx = multiprocessing.get_context("spawn")
+            started = ctx.Value("i", 0)  # workers that got past start-up (see _pool_broken)
             own_pool = executor = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-                initargs=(max(1, (os.cpu_count() or 1) // workers),),
+                workers, mp_context=ctx, initializer=_init_worker,
+                initargs=(max(1, (os.cpu_count() or 1) // workers), started),
             )
         # In this process, units use the caller's open Archive instead of opening it again.
         lent = lend_archive(arch, location, storage_options) if executor is None else contextlib.nullcontext()
@@ -371,13 +419,19 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             with lent:
                 _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
                                fps=fps, size=size, progress=progress, hint=(backend == "cpu" and quality == "full"),
-                               on_done=ledger.mark_done)
+                               on_done=ledger.mark_done, folder=folder)
             return all_paths
+        except BrokenProcessPool:
+            if own_pool is None:
+                raise
+            raise _pool_broken(started) from None
         finally:
             ledger.flush()  # also when interrupted: what finished stays finished
             if own_pool is not None:
                 own_pool.shutdown(wait=True, cancel_futures=True)
     finally:
+        if folder is not None:
+            folder.close()
         if owned:
             arch.close()
 
@@ -393,20 +447,35 @@ def _check_size(size: Any) -> tuple[int, int]:
 
 
 def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, fps: float,
-                   size: tuple[int, int], progress: bool, hint: bool, on_done=None) -> list[Path]:
-    """Consume unit results in order and encode each output; a video is written under a temporary
-    name and renamed when complete, then reported to `on_done(path, n_frames)`."""
+                   size: tuple[int, int], progress: bool, hint: bool, on_done=None,
+                   folder: OutputDir | None = None) -> list[Path]:
+    """Consume unit results in order and encode each output; a video is written to a fresh
+    temporary file in `folder` (default: its own folder) and renamed over its name when complete,
+    then reported to `on_done(path, n_frames, sha256, size)`."""
     from tqdm.auto import tqdm
 
     total = sum(len(u.frames) for o in outputs for u in o.units)
     units = [u for o in outputs for u in o.units]
+    owned = folder is None
+    if owned:
+        folder = OutputDir(outputs[0].path.parent) if outputs else None
+    # Temporary files a killed render left behind, removed once their video is written again;
+    # only those older than this run (a concurrent render's file is being written right now).
+    start_ns = time.time_ns()
+    leftovers: dict[str, list[str]] = collections.defaultdict(list)  # by video stem
+    for n in folder.names() if folder else ():
+        if n.startswith(".") and ".partial" in n:
+            leftovers[n[1:n.rindex(".partial")]].append(n)
     results = _unit_results(units, executor, window)
     paths: list[Path] = []
     hinted = not (hint and progress)
     try:
         with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
             for o in outputs:
-                tmp = partial_path(o.path)
+                # ffmpeg opens the path itself: a fresh file under a random name, made by us with
+                # O_EXCL | O_NOFOLLOW, so nothing planted can be there.
+                part = folder.create_temp(partial_prefix(o.path), o.path.suffix)
+                tmp = part.path
                 try:
                     if o.grid_block:  # grid outputs only; per-world ones have grid_block 0
                         composer = GridComposer(o.world_ids, size)
@@ -432,16 +501,29 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
                                     video.write(frame)
                                 bar.update(len(r.frames))
                                 hinted = hinted or _hint_once(r)
-                    os.replace(tmp, o.path)
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
+                    sha256, n_bytes = part.digest()  # through our descriptor: the file we made
+                    part.commit(o.path.name)
+                finally:
+                    part.discard()  # no-op once committed
+                _remove_leftovers(folder, o.path, leftovers.pop(o.path.stem, ()), start_ns)
                 if on_done is not None:
-                    on_done(o.path, o.n_frames)
+                    on_done(o.path, o.n_frames, sha256, n_bytes)
                 paths.append(o.path)
     finally:
         results.close()  # cancels units still in flight when encoding stopped early
+        if owned and folder is not None:
+            folder.close()
     return paths
+
+
+def _remove_leftovers(folder: OutputDir, path: Path, names: list[str], before_ns: int) -> None:
+    """Unlink what sits at temporary names of `path` from before `before_ns` (a killed run's file,
+    or anything planted there but a directory; unlink removes a link itself, never its target)."""
+    for name in names:
+        if is_partial_of(name, path):
+            st = folder.lstat(name)
+            if st is not None and not stat.S_ISDIR(st.st_mode) and st.st_mtime_ns < before_ns:
+                folder.unlink(name)
 
 
 def _hint_once(result: UnitResult) -> bool:

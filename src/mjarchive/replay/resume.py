@@ -1,44 +1,74 @@
 """Resumable rendering: a small ledger of finished videos in the output directory.
 
-`render` writes each video under a temporary name and renames it when the encoder has closed
-it, then records it in `.mjarchive-render.json` (rewritten atomically: temp file + os.replace).
-A render run again with the same request skips the videos the ledger lists, as long as the file
-on disk is still the one recorded (same size and modification time). A partially written video
-never carries its final name, so it is never counted as finished.
+`render` writes each video to a fresh temporary file (`.world-0007_cam-back.partial-<random>.mp4`)
+and renames it over its final name when the encoder has closed it, then records it in
+`.mjarchive-render.json` with its size and sha256 (rewritten atomically: temp file + rename). A
+render run again with the same request skips a video only if the file at its name is a regular
+file whose *content* hashes to what the ledger recorded; a partially written video never carries
+its final name, so it is never counted as finished.
 
 The ledger is keyed by a hash of the request: the archive's identity (model sha256, committed
 frame count, world IDs, creation time), and exactly which frames of which world and camera go
 into which file, with size, quality, backend, replay model, fps and encoder settings. Another
 request into the same directory gets another key and reuses nothing.
+
+The output folder may be shared, so the ledger is untrusted input: it is read only if it is a
+regular file (never through a link, never blocking on a FIFO) owned by the user, of at most
+MAX_LEDGER_BYTES, nested at most MAX_DEPTH deep, and schema-checked. The sha256 check alone would
+not stop someone who can write the folder (they can hash what they plant and forge the record, the
+request key being computable), so a video counts as finished only if it is also owned by this user
+and has a single link: files we render are. A ledger that fails these checks is ignored with a
+one-line note on stderr (every video is rendered again, and the ledger is rewritten) rather than
+refused: it holds nothing the user needs, and refusing would let anyone who can write the folder
+stop every later render. Names in the ledger are only looked up, never turned into paths.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
+import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["LEDGER_NAME", "RenderLedger", "request_key", "partial_path"]
+from .._errors import MjArchiveError
+from .._fs import MAX_NAME_BYTES, OutputDir
+
+__all__ = ["LEDGER_NAME", "RenderLedger", "request_key", "partial_prefix", "is_partial_of"]
 
 LEDGER_NAME = ".mjarchive-render.json"
 _FORMAT = "mjarchive-render"
-_VERSION = 1
+_VERSION = 2  # 2: outputs carry sha256 (version 1's size + mtime records are not trusted)
 #: Requests remembered per directory; older ones are dropped (their videos are just not reused).
 _MAX_REQUESTS = 32
+#: Largest ledger read (and written: older requests, then older outputs, are dropped to fit).
+MAX_LEDGER_BYTES = 8 * 2**20
+#: Deepest nesting of arrays and objects read (the schema needs 5).
+MAX_DEPTH = 16
+_MAX_STRING = 4096
 #: Seconds between ledger rewrites while videos finish (a kill forgets at most this much work;
 #: without a limit, thousands of short videos would rewrite a growing file thousands of times).
 _WRITE_INTERVAL = 1.0
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# A JSON string, unrolled so the regex engine never backtracks deeply.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 
-def partial_path(path: Path) -> Path:
-    """Where a video is written until it is complete: `.world-0007_cam-back.partial.mp4`."""
-    return path.with_name(f".{path.stem}.partial{path.suffix}")
+def partial_prefix(path: Path) -> str:
+    """Prefix of the temporary names a video is written under until complete:
+    `.world-0007_cam-back.partial` (+ `-<random>.mp4`, see `_fs.OutputDir.create_temp`)."""
+    return f".{Path(path).stem}.partial"
+
+
+def is_partial_of(name: str, path: Path) -> bool:
+    """True if `name` is a temporary name of the video `path` (also the fixed `.stem.partial.mp4`
+    of older versions), e.g. one a killed render left behind."""
+    p = Path(path)
+    return re.fullmatch(re.escape(partial_prefix(p)) + r"(?:-[0-9a-f]{16})?" + re.escape(p.suffix), name) is not None
 
 
 def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[str, Any]) -> str:
@@ -69,59 +99,146 @@ def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[s
     return h.hexdigest()
 
 
-class RenderLedger:
-    """The finished-videos ledger of one output directory, for one request key."""
+def json_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in the JSON text `data` (brackets inside strings do not
+    count); linear time, no recursion, so it can vet text before `json.loads` sees it."""
+    outside = np.frombuffer(_JSON_STRING.sub(b'""', data), np.uint8)
+    step = (np.isin(outside, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(outside, (ord("]"), ord("}"))).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
 
-    def __init__(self, out_dir: Path, key: str, request: dict[str, Any] | None = None):
-        self.out_dir = Path(out_dir)
+
+def _is_int(v: Any, low: int = 0, high: int = 2**63 - 1) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def _clean_output(name: Any, rec: Any) -> dict[str, Any] | None:
+    if not (isinstance(name, str) and 0 < len(name.encode("utf-8", "surrogateescape")) <= MAX_NAME_BYTES
+            and isinstance(rec, dict)):
+        return None
+    if not (_is_int(rec.get("frames")) and _is_int(rec.get("bytes")) and isinstance(rec.get("sha256"), str)
+            and _HEX64.fullmatch(rec["sha256"])):
+        return None
+    return {"frames": rec["frames"], "bytes": rec["bytes"], "sha256": rec["sha256"]}
+
+
+def _clean_request(req: Any) -> dict[str, Any]:
+    """The informational request summary: kept only as flat, short scalars or lists of them."""
+    if not isinstance(req, dict):
+        return {}
+    ok = (str, int, float, bool, type(None))
+    out = {}
+    for k, v in list(req.items())[:64]:
+        if isinstance(k, str) and len(k) <= 64 and (
+                (isinstance(v, ok) and len(str(v)) <= _MAX_STRING)
+                or (isinstance(v, list) and len(v) <= 1024 and all(isinstance(x, ok) and len(str(x)) <= _MAX_STRING
+                                                                   for x in v))):
+            out[k] = v
+    return out
+
+
+def parse_ledger(data: bytes) -> tuple[dict[str, Any], str | None]:
+    """(ledger, problem): the validated ledger read from `data`, or an empty one and a one-line
+    description of what was wrong. Malformed entries are dropped (and reported)."""
+    empty: dict[str, Any] = {"format": _FORMAT, "version": _VERSION, "renders": {}}
+    if json_depth(data) > MAX_DEPTH:
+        return empty, f"nested deeper than {MAX_DEPTH} levels"
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return empty, f"not valid JSON ({type(exc).__name__})"
+    if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
+        return empty, "not an mjarchive render record"
+    if raw.get("version") != _VERSION:
+        return empty, f"record version {raw.get('version')!r}, this mjarchive reads version {_VERSION}"
+    renders = raw.get("renders")
+    if not isinstance(renders, dict):
+        return empty, "'renders' is not an object"
+    problem = None
+    if len(renders) > _MAX_REQUESTS:
+        problem = f"{len(renders)} requests (limit {_MAX_REQUESTS}); the oldest are dropped"
+    clean: dict[str, Any] = {}
+    for key, entry in list(renders.items())[-_MAX_REQUESTS:]:
+        if not (isinstance(key, str) and _HEX64.fullmatch(key) and isinstance(entry, dict)
+                and isinstance(entry.get("outputs"), dict)):
+            problem = problem or "a malformed request entry (dropped)"
+            continue
+        outputs = {}
+        for name, rec in entry["outputs"].items():
+            rec = _clean_output(name, rec)
+            if rec is None:
+                problem = problem or "a malformed output entry (dropped)"
+                continue
+            outputs[name] = rec
+        if outputs:
+            clean[key] = {"request": _clean_request(entry.get("request")), "outputs": outputs}
+    return {"format": _FORMAT, "version": _VERSION, "renders": clean}, problem
+
+
+class RenderLedger:
+    """The finished-videos ledger of one output directory, for one request key.
+
+    out_dir: the folder (an `OutputDir`, or a path that is opened as one)."""
+
+    def __init__(self, out_dir: OutputDir | Path, key: str, request: dict[str, Any] | None = None):
+        self.dir = out_dir if isinstance(out_dir, OutputDir) else OutputDir(out_dir)
+        self.out_dir = self.dir.path
         self.path = self.out_dir / LEDGER_NAME
         self.key = key
-        self._request = request or {}
+        self._request = _clean_request(request or {})
+        self.dir.check_writable(LEDGER_NAME)  # a directory there: say so now, not after rendering
         self._data = self._load()
         self._written = float("-inf")
         self._dirty = False
 
     def _load(self) -> dict[str, Any]:
-        empty = {"format": _FORMAT, "version": _VERSION, "renders": {}}
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):  # missing or damaged: nothing counts as finished
-            return empty
-        if not (isinstance(data, dict) and data.get("format") == _FORMAT and data.get("version") == _VERSION
-                and isinstance(data.get("renders"), dict)):
-            return empty
-        return data
+            data = self.dir.read_regular(LEDGER_NAME, MAX_LEDGER_BYTES, mine=True)
+        except MjArchiveError as exc:  # a link, FIFO, another user's file, too large
+            problem = str(exc)
+        else:
+            if data is None:  # no record yet
+                return parse_ledger(b"{}")[0]
+            ledger, problem = parse_ledger(data)
+            if problem is None:
+                return ledger
+            problem = f"{str(self.path)!r} has {problem}"
+            if ledger["renders"]:  # some entries survived: keep them
+                self._note(f"the resume record {problem}")
+                return ledger
+        self._note(f"ignoring the resume record: {problem}; its videos are rendered again and the record is replaced")
+        return parse_ledger(b"{}")[0]
+
+    @staticmethod
+    def _note(message: str) -> None:
+        print(f"mjarchive: {' '.join(message.split())}", file=sys.stderr)
 
     def _entry(self) -> dict[str, Any]:
         entry = self._data["renders"].get(self.key)
-        return entry.get("outputs", {}) if isinstance(entry, dict) and isinstance(entry.get("outputs"), dict) else {}
+        return entry["outputs"] if entry is not None else {}
 
     def is_done(self, path: Path) -> bool:
-        """True if `path` was finished by this request and the file is still the one recorded."""
-        rec = self._entry().get(Path(path).name)
-        if not isinstance(rec, dict):
-            return False
-        try:
-            st = (self.out_dir / Path(path).name).stat()
-        except OSError:
-            return False
-        return rec.get("bytes") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
-
-    def mark_done(self, path: Path, n_frames: int) -> None:
-        """Record a finished (renamed) video; the ledger is rewritten at most every _WRITE_INTERVAL
-        seconds, and by `flush()`."""
+        """True if `path` was finished by this request and the regular file at its name still has
+        the recorded size and sha256 (re-hashed, streaming). `path` comes from the request: only
+        its name is used, inside this ledger's folder."""
         name = Path(path).name
-        st = (self.out_dir / name).stat()
+        rec = self._entry().get(name)
+        if rec is None:
+            return False
+        return self.dir.digest(name, rec["bytes"]) == rec["sha256"]
+
+    def mark_done(self, path: Path, n_frames: int, sha256: str, size: int) -> None:
+        """Record a finished (renamed) video with the sha256 and size of what was written; the
+        ledger is rewritten at most every _WRITE_INTERVAL seconds, and by `flush()`."""
+        name = Path(path).name
         renders = self._data["renders"]
         for key, entry in list(renders.items()):  # a file of another request was just overwritten
-            if key != self.key and isinstance(entry, dict) and isinstance(entry.get("outputs"), dict):
+            if key != self.key:
                 entry["outputs"].pop(name, None)
                 if not entry["outputs"]:
                     del renders[key]
-        entry = renders.pop(self.key, None)
-        if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), dict):
-            entry = {"request": self._request, "outputs": {}}
-        entry["outputs"][name] = {"frames": int(n_frames), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+        entry = renders.pop(self.key, None) or {"request": self._request, "outputs": {}}
+        entry["outputs"][name] = {"frames": int(n_frames), "bytes": int(size), "sha256": str(sha256)}
         renders[self.key] = entry  # most recent last
         while len(renders) > _MAX_REQUESTS:
             del renders[next(iter(renders))]
@@ -130,18 +247,27 @@ class RenderLedger:
             self.flush()
 
     def flush(self) -> None:
-        """Write what `mark_done` recorded (atomically: temp file, then os.replace)."""
+        """Write what `mark_done` recorded (atomically: temp file, then rename over the name)."""
         if self._dirty:
             self._write()
             self._dirty = False
             self._written = time.monotonic()
 
+    def _serialize(self) -> bytes:
+        """The ledger as compact JSON of at most MAX_LEDGER_BYTES: older requests, then the
+        current request's oldest outputs are dropped until it fits (so it can always be read back)."""
+        renders = self._data["renders"]
+        while True:
+            text = json.dumps(self._data, separators=(",", ":")).encode()  # keeps oldest-first order
+            if len(text) <= MAX_LEDGER_BYTES:
+                return text
+            if len(renders) > 1:
+                del renders[next(iter(renders))]
+                continue
+            outputs = next(iter(renders.values()))["outputs"]
+            drop = max(1, len(outputs) - int(len(outputs) * MAX_LEDGER_BYTES / len(text) * 0.95))
+            for name in list(outputs)[:drop]:
+                del outputs[name]
+
     def _write(self) -> None:
-        tmp = self.out_dir / f"{LEDGER_NAME}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with open(tmp, "x") as f:  # default permissions, like the videos
-                json.dump(self._data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self.dir.write_bytes(LEDGER_NAME, self._serialize())

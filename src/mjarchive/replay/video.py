@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 from pathlib import Path
 import numpy as np
 
 from .._errors import BackendError, ClosedError
+from .._fs import check_name
 
-__all__ = ["VideoWriter", "GridComposer", "video_name", "grid_shape"]
+__all__ = ["VideoWriter", "GridComposer", "video_name", "grid_shape", "camera_label"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+#: Longest camera label in a file name (names come from the archive's model: hostile input).
+MAX_LABEL = 48
 
 
 def camera_label(name: str | None, camera_id: int) -> str:
-    """A file-name-safe camera label: its name, `free` for the free camera, `camN` if unnamed."""
+    """A flat, bounded, file-name-safe camera label: its name, `free` for the free camera, `camN`
+    if unnamed. A name that had to be changed (characters outside [A-Za-z0-9_.+-], or longer than
+    MAX_LABEL) gets a short hash of the original, so distinct names keep distinct files:
+    `../../x` -> `.._.._x-1a2b3c4d`."""
     if camera_id < 0:
         return "free"
-    return _UNSAFE.sub("_", name) if name else f"cam{camera_id}"
+    if not name:
+        return f"cam{camera_id}"
+    safe = _UNSAFE.sub("_", name)
+    if safe != name or len(safe) > MAX_LABEL:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        safe = f"{safe[:MAX_LABEL - 9]}-{digest}"
+    return safe
 
 
 def video_name(world_id: int | None, camera: str, episode: int | None = None) -> str:
-    """`world-0042_cam-back.mp4`, `world-0042_cam-back_ep-003.mp4`, or `grid_cam-back.mp4`."""
-    head = "grid" if world_id is None else f"world-{world_id:04d}"
-    tail = "" if episode is None else f"_ep-{episode:03d}"
-    return f"{head}_cam-{camera}{tail}.mp4"
+    """`world-0042_cam-back.mp4`, `world-0042_cam-back_ep-003.mp4`, or `grid_cam-back.mp4`;
+    `camera` is a `camera_label`. Always a flat file name (MjArchiveError otherwise)."""
+    head = "grid" if world_id is None else f"world-{int(world_id):04d}"
+    tail = "" if episode is None else f"_ep-{int(episode):03d}"
+    if _UNSAFE.search(camera) or len(camera) > MAX_LABEL:
+        camera = camera_label(camera, 0)
+    return check_name(f"{head}_cam-{camera}{tail}.mp4")
 
 
 class VideoWriter:
@@ -46,10 +63,12 @@ class VideoWriter:
         self.n_frames = 0
         h, w = self.size
         self._pad = (h % 2, w % 2)
+        # ffmpeg opens the path itself: hand it an absolute `file:` URL, so no folder name is read
+        # as an option (`-x/...`) or a protocol (`concat:...`); the container is named, not guessed.
         self._gen = imageio_ffmpeg.write_frames(
-            str(self.path), (w + self._pad[1], h + self._pad[0]), fps=self.fps, codec="libx264",
-            pix_fmt_in="rgb24", pix_fmt_out="yuv420p", quality=None, macro_block_size=1,
-            ffmpeg_log_level="error", output_params=["-crf", str(int(crf))],
+            "file:" + os.path.abspath(self.path), (w + self._pad[1], h + self._pad[0]), fps=self.fps,
+            codec="libx264", pix_fmt_in="rgb24", pix_fmt_out="yuv420p", quality=None, macro_block_size=1,
+            ffmpeg_log_level="error", output_params=["-crf", str(int(crf)), "-f", "mp4"],
         )
         self._gen.send(None)
         self._closed = False
@@ -70,11 +89,27 @@ class VideoWriter:
             self._closed = True
             self._gen.close()
 
+    def abort(self) -> None:
+        """Stop ffmpeg without finishing the file (its content is then invalid: discard it)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._gen.throw(_Abort())  # imageio-ffmpeg kills ffmpeg on a BaseException
+            except (_Abort, StopIteration):
+                pass
+
     def __enter__(self) -> VideoWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # an error upstream: no "No frames have been written" noise, no waiting for ffmpeg
+            self.abort()
+
+
+class _Abort(BaseException):
+    """Thrown into imageio-ffmpeg's writer to stop ffmpeg at once."""
 
 
 def grid_shape(n: int) -> tuple[int, int]:

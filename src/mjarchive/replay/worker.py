@@ -109,24 +109,32 @@ class lend_archive:
 
 
 def _model_key(unit: Any, archive: Archive) -> str:
+    # Keyed by content: the hash of the bundle's verified bytes, never the manifest's claim, so a
+    # second archive claiming another's hash cannot borrow its model.
     if unit.model_mjb is not None:
         return "mjb:" + hashlib.sha256(unit.model_mjb).hexdigest()
-    return "bundle:" + archive.manifest.model_sha256
+    return "bundle:" + archive.bundle.sha256
 
 
 def model_for(unit: Any, archive: Archive) -> mujoco.MjModel:
-    """The unit's replay model: the caller's MJB if it sent one, else the archive's bundle."""
-    def make():
-        if unit.model_mjb is not None:
-            return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
-        return archive.model()
+    """The unit's replay model: the caller's MJB if it sent one, else the archive's bundle; a
+    cached model is checked against this archive's qpos layout on every use."""
+    if unit.model_mjb is None:
+        return bundle_model(archive)
 
-    return cached("models", _model_key(unit, archive), make)
+    def make():
+        return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
+
+    model = cached("models", _model_key(unit, archive), make)
+    archive.manifest.layout.check_compatible(model)
+    return model
 
 
 def bundle_model(archive: Archive) -> mujoco.MjModel:
-    """The archive's own model, compiled once per bundle hash and thread (shared with the units)."""
-    return cached("models", "bundle:" + archive.manifest.model_sha256, archive.model)
+    """The archive's own model, compiled once per bundle content and thread (shared with the units)."""
+    model = cached("models", "bundle:" + archive.bundle.sha256, archive.model)
+    archive.manifest.layout.check_compatible(model)
+    return model
 
 
 def renderer_for(unit: Any, archive: Archive, make: Callable[[], Any]) -> Any:

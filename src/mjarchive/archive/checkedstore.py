@@ -1,0 +1,410 @@
+"""A store wrapper that bounds every metadata document and chunk before zarr decodes it.
+
+`CheckedStore` wraps any store (local, memory, fsspec) and inspects bytes before zarr decodes
+them, from the metadata that passed through it (each `zarr.json`, checked against
+MAX_JSON_BYTES / MAX_JSON_DEPTH before zarr parses it):
+
+- a compressed chunk must declare its decoded size (blosc header, zstd frame content size) and
+  that size must be the chunk's, so numcodecs never allocates what a hostile header claims;
+  gzip is inflated here with a bound first;
+- a shard index must hold sane (offset, nbytes) pairs, and an inner chunk range must lie inside
+  the shard object;
+- a chunk, shard or inner chunk of committed frames (root attribute `n_frames`) that is missing or
+  marked empty is damage (the writer writes every chunk), not fill values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import WrapperStore
+
+from .._errors import FormatError
+from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR
+
+__all__ = ["CheckedStore", "check_json_bytes"]
+
+_MAX_U64 = 2**64 - 1
+
+
+# -- bounded metadata ------------------------------------------------------------------------------
+
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def check_json_bytes(data: bytes, what: str) -> None:
+    """Refuse a JSON document above MAX_JSON_BYTES or nested deeper than MAX_JSON_DEPTH, unparsed."""
+    if len(data) > MAX_JSON_BYTES:
+        raise FormatError(f"{what} is {len(data)} bytes, above the limit of {MAX_JSON_BYTES} for a metadata document")
+    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+        return  # cannot nest deeper than it has brackets: the common case costs two scans in C
+    brackets = np.frombuffer(_STRING_RE.sub(b'""', data).translate(None, _NOT_BRACKETS), np.uint8)
+    depth = 0
+    for lo in range(0, len(brackets), 1 << 20):
+        part = brackets[lo:lo + (1 << 20)]
+        levels = depth + np.cumsum(np.where((part == ord("[")) | (part == ord("{")), 1, -1), dtype=np.int64)
+        if levels.size and levels.max() > MAX_JSON_DEPTH:
+            raise FormatError(f"{what} nests JSON more than {MAX_JSON_DEPTH} levels deep; refusing to parse it")
+        depth = int(levels[-1]) if levels.size else depth
+
+
+# -- bounded chunks --------------------------------------------------------------------------------
+
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
+             "uint64": 8, "float16": 2, "float32": 4, "float64": 8}
+_COMPRESSORS = ("blosc", "zstd", "gzip")
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+@dataclass
+class _Chain:
+    """The bytes-to-bytes codecs of a chunk: which compressor, how many crc32c around it."""
+
+    decoded: int  # bytes the compressor must declare (chunk bytes plus inner checksums)
+    compressor: str | None
+    outer_crc: int  # checksums applied after compression: stripped before looking at its header
+    max_stored: int
+
+
+@dataclass
+class _ArrayInfo:
+    path: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]  # the chunk grid (shards, when sharded)
+    sep: str
+    frame_axis: bool  # chunks of frame < n_frames must exist
+    error: str | None = None
+    chain: _Chain | None = None
+    # sharded arrays
+    inner: tuple[int, ...] = ()
+    per_shard: tuple[int, ...] = ()
+    index_size: int = 0
+    index_start: bool = False
+    index_crc: bool = False
+    edge_masks: dict = field(default_factory=dict)
+
+
+def _chain(codecs: list, decoded: int) -> _Chain:
+    names = []
+    for c in codecs:
+        name = c if isinstance(c, str) else c.get("name") if isinstance(c, dict) else None
+        names.append(name)
+    try:
+        pos = names.index("bytes")
+    except ValueError:
+        raise FormatError("no 'bytes' codec") from None
+    if any(n != "transpose" for n in names[:pos]):
+        raise FormatError(f"codecs {names[:pos]} before 'bytes'")
+    b2b = names[pos + 1:]
+    bad = [n for n in b2b if n not in _COMPRESSORS and n != "crc32c"]
+    if bad:
+        raise FormatError(f"bytes codecs {bad} are not allowed here")
+    comps = [i for i, n in enumerate(b2b) if n in _COMPRESSORS]
+    if len(comps) > 1:
+        raise FormatError(f"{len(comps)} compressors in one chain; the archive reader accepts at most one")
+    if not comps:
+        return _Chain(decoded, None, len(b2b), decoded + 4 * len(b2b))
+    i = comps[0]
+    inner_crc = i
+    outer_crc = len(b2b) - i - 1
+    n = decoded + 4 * inner_crc
+    return _Chain(n, b2b[i], outer_crc, n + n // 16 + 4096 + 4 * outer_crc)
+
+
+def _array_info(path: str, meta: dict) -> _ArrayInfo:
+    shape = tuple(int(s) for s in meta["shape"])
+    grid = meta["chunk_grid"]
+    chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
+    frame_axis = "/" not in path and path != "world_id" and len(shape) >= 1
+    info = _ArrayInfo(path, shape, chunks, "/", frame_axis)
+    try:
+        if grid.get("name") != "regular" or len(chunks) != len(shape) or min(chunks, default=1) < 1:
+            raise FormatError("the chunk grid is not a regular grid of the array's rank")
+        enc = meta.get("chunk_key_encoding") or {}
+        if enc.get("name") != "default":
+            raise FormatError(f"chunk_key_encoding {enc.get('name')!r} is not 'default'")
+        info.sep = (enc.get("configuration") or {}).get("separator", "/")
+        if info.sep not in ("/", "."):
+            raise FormatError(f"chunk key separator {info.sep!r}")
+        itemsize = _ITEMSIZE.get(meta.get("data_type")) if isinstance(meta.get("data_type"), str) else None
+        if itemsize is None:
+            raise FormatError(f"data type {meta.get('data_type')!r} is not one mjarchive stores")
+        codecs = meta.get("codecs") or []
+        names = [c if isinstance(c, str) else c.get("name") for c in codecs]
+        bad = [n for n in names if n not in ALLOWED_CODECS]
+        if bad:
+            raise FormatError(f"codec(s) {bad} are not allowed by the mjarchive spec")
+        if "sharding_indexed" in names:
+            if names != ["sharding_indexed"]:
+                raise FormatError("the sharding codec must be the array's only codec")
+            conf = codecs[0]["configuration"]
+            info.inner = tuple(int(c) for c in conf["chunk_shape"])
+            if len(info.inner) != len(chunks) or any(c < 1 or s % c for s, c in zip(chunks, info.inner)):
+                raise FormatError("the shard shape is not a multiple of the inner chunk shape")
+            info.per_shard = tuple(s // c for s, c in zip(chunks, info.inner))
+            inner_names = [c if isinstance(c, str) else c.get("name") for c in conf.get("codecs") or []]
+            if "sharding_indexed" in inner_names:
+                raise FormatError("nested sharding is not allowed")
+            inner_bytes = int(np.prod(info.inner, dtype=object)) * itemsize
+            if inner_bytes > MAX_CHUNK_BYTES:
+                raise FormatError(f"inner chunks of {inner_bytes} bytes exceed {MAX_CHUNK_BYTES}")
+            info.chain = _chain(conf.get("codecs") or [], inner_bytes)
+            index_names = [c if isinstance(c, str) else c.get("name") for c in conf.get("index_codecs") or []]
+            if index_names not in (["bytes"], ["bytes", "crc32c"]):
+                raise FormatError(f"shard index codecs {index_names} (expected bytes, crc32c)")
+            idx_conf = conf["index_codecs"][0]
+            if isinstance(idx_conf, dict) and (idx_conf.get("configuration") or {}).get("endian", "little") != "little":
+                raise FormatError("a big-endian shard index")
+            n_inner = int(np.prod(info.per_shard, dtype=object))
+            if n_inner > MAX_CHUNK_BYTES // 16:
+                raise FormatError(f"{n_inner} inner chunks per shard")
+            info.index_crc = len(index_names) == 2
+            info.index_size = 16 * n_inner + 4 * info.index_crc
+            info.index_start = conf.get("index_location", "end") == "start"
+        else:
+            chunk_bytes = int(np.prod(chunks, dtype=object)) * itemsize
+            if chunk_bytes > MAX_CHUNK_BYTES:
+                raise FormatError(f"chunks of {chunk_bytes} bytes exceed {MAX_CHUNK_BYTES}")
+            info.chain = _chain(codecs, chunk_bytes)
+    except FormatError as exc:
+        info.error = str(exc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        info.error = f"malformed codec metadata ({exc!r})"
+    return info
+
+
+def _check_chunk(info: _ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
+    """Refuse stored chunk bytes whose declared decoded size is not the chunk's (before decoding)."""
+    n = len(data)
+    if n > chain.max_stored:
+        raise FormatError(f"{chain.compressor or 'uncompressed'} chunk {key!r} is {n} bytes, more than a chunk of "
+                          f"{chain.decoded} bytes can take; refusing to decode it")
+    end = n - 4 * chain.outer_crc
+    if end < 0:
+        raise FormatError(f"chunk {key!r} is truncated ({n} bytes)")
+    comp = chain.compressor
+    if comp is None:
+        if end != chain.decoded:
+            raise FormatError(f"chunk {key!r} holds {end} bytes, expected {chain.decoded}; it is truncated or corrupt")
+    elif comp == "blosc":
+        if end < 16:
+            raise FormatError(f"blosc chunk {key!r} is truncated ({end} bytes)")
+        _version, _lz, flags, _typesize, nbytes, blocksize, cbytes = struct.unpack_from("<BBBBIII", data, 0)
+        if nbytes != chain.decoded or cbytes != end:
+            raise FormatError(
+                f"blosc chunk {key!r} declares {nbytes} decoded / {cbytes} stored bytes; the chunk holds "
+                f"{chain.decoded} / {end}; refusing to decompress it"
+            )
+        if not flags & 0x02:  # not memcpyed: a table of block starts follows the header
+            if not 0 < blocksize <= nbytes or 16 + 4 * (-(-nbytes // blocksize)) > cbytes:
+                raise FormatError(f"blosc chunk {key!r} has an inconsistent header (blocksize {blocksize})")
+        elif cbytes != nbytes + 16:
+            raise FormatError(f"blosc chunk {key!r} has an inconsistent header (uncompressed, {cbytes} bytes)")
+    elif comp == "zstd":
+        size = _zstd_content_size(data, end)
+        if size != chain.decoded:
+            raise FormatError(
+                f"zstd chunk {key!r} declares {'no' if size is None else size} decoded bytes; the chunk holds "
+                f"{chain.decoded}; refusing to decompress it"
+            )
+    else:  # gzip: inflate here with a bound; numcodecs would inflate without one
+        d = zlib.decompressobj(31)
+        try:
+            out = d.decompress(bytes(memoryview(data)[:end]) if not isinstance(data, bytes) else data[:end],
+                               chain.decoded + 1)
+        except zlib.error as exc:
+            raise FormatError(f"gzip chunk {key!r} is corrupt: {exc}") from None
+        if len(out) != chain.decoded or not d.eof or d.unused_data or d.unconsumed_tail:
+            raise FormatError(f"gzip chunk {key!r} does not inflate to exactly {chain.decoded} bytes; refusing it")
+
+
+def _zstd_content_size(data: Any, end: int) -> int | None:
+    if end < 6 or struct.unpack_from("<I", data, 0)[0] != _ZSTD_MAGIC:
+        return None
+    fhd = data[4]
+    fcs_flag, single, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if not width or pos + width > end:
+        return None
+    value = int.from_bytes(bytes(data[pos:pos + width]), "little")
+    return value + 256 if width == 2 else value
+
+
+class _State:
+    """What a CheckedStore learned from the metadata that passed through it (shared by its copies)."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, _ArrayInfo] = {}
+        self.n_frames = 0
+
+    def record(self, key: str, data: Any) -> None:
+        check_json_bytes(bytes(data) if not isinstance(data, bytes) else data, f"metadata document {key!r}")
+        try:
+            meta = json.loads(data)
+        except (ValueError, RecursionError):
+            return  # zarr reports unparsable metadata itself
+        if not isinstance(meta, dict):
+            return
+        path = key[: -len("zarr.json")].rstrip("/")
+        if meta.get("node_type") == "array":
+            try:
+                self.arrays[path] = _array_info(path, meta)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                self.arrays.pop(path, None)
+        elif path == "":
+            attrs = meta.get("attributes")
+            root = attrs.get(ROOT_ATTR) if isinstance(attrs, dict) else None
+            n = root.get("n_frames") if isinstance(root, dict) else None
+            self.n_frames = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
+
+    def locate(self, key: str) -> tuple[_ArrayInfo, tuple[int, ...]] | None:
+        i = key.rfind("/c")
+        if i < 0:
+            return None
+        info = self.arrays.get(key[:i])
+        if info is None:
+            return None
+        rest = key[i + 2:]
+        if not rest:
+            coords: tuple[int, ...] = ()
+        elif rest[0] == info.sep:
+            try:
+                coords = tuple(map(int, rest[1:].split(info.sep)))
+            except ValueError:
+                return None
+        else:
+            return None
+        return (info, coords) if len(coords) == len(info.shape) else None
+
+
+def _committed(state: _State, info: _ArrayInfo, coords: tuple[int, ...]) -> bool:
+    if any(c * s >= n for c, s, n in zip(coords, info.chunks, info.shape)):
+        return False
+    return not info.frame_axis or coords[0] * info.chunks[0] < state.n_frames
+
+
+def _check_index(state: _State, info: _ArrayInfo, key: str, coords: tuple[int, ...], raw: Any,
+                 shard_size: int | None) -> np.ndarray:
+    if len(raw) != info.index_size:
+        raise FormatError(f"shard {key!r} is truncated: its index has {len(raw)} of {info.index_size} bytes")
+    n_inner = (info.index_size - 4 * info.index_crc) // 16
+    table = np.frombuffer(raw, "<u8", count=2 * n_inner).reshape(n_inner, 2)
+    top = table.max(axis=0)
+    if top[0] < 2**62 and top[1] <= info.chain.max_stored and shard_size is None and not info.index_start:
+        return table  # the common case (no empty entry, sizes sane), in one reduction
+    off, nbytes = table[:, 0], table[:, 1]
+    empty = off == _MAX_U64
+    if (empty != (nbytes == _MAX_U64)).any():
+        raise FormatError(f"shard {key!r} has a malformed index entry (half marked empty)")
+    if empty.any():
+        if _committed(state, info, coords):
+            inside = _inside_mask(info, coords)
+            hole = np.nonzero(empty & inside)[0]
+            if hole.size:
+                raise FormatError(
+                    f"array {info.path!r}: shard {key!r} marks inner chunk {int(hole[0])} as missing, but it holds "
+                    "committed frames (the writer writes every chunk); the archive is damaged"
+                )
+        off, nbytes = off[~empty], nbytes[~empty]
+    if nbytes.size:
+        if int(nbytes.max()) > info.chain.max_stored:
+            raise FormatError(f"shard {key!r} index declares an inner chunk of {int(nbytes.max())} bytes, too large")
+        lo = info.index_size if info.index_start else 0
+        hi = (shard_size - (0 if info.index_start else info.index_size)) if shard_size is not None else 2**62
+        if int(off.min()) < lo or int((off + nbytes).max()) > hi:
+            raise FormatError(f"shard {key!r} index points outside the shard object")
+    return table
+
+
+def _inside_mask(info: _ArrayInfo, coords: tuple[int, ...]) -> np.ndarray:
+    """Which inner chunks of shard `coords` start inside the array (C order, as the index lists them)."""
+    edge = tuple(c if (c + 1) * s > n else -1 for c, s, n in zip(coords, info.chunks, info.shape))
+    mask = info.edge_masks.get(edge)
+    if mask is None:
+        axes = [np.arange(c * p, (c + 1) * p) * i < n for c, p, i, n in zip(coords, info.per_shard, info.inner,
+                                                                            info.shape)]
+        mask = np.ones(info.per_shard, bool)
+        for d, ax in enumerate(axes):
+            mask &= ax.reshape([-1 if k == d else 1 for k in range(len(axes))])
+        mask = mask.reshape(-1)
+        if len(info.edge_masks) < 64:
+            info.edge_masks[edge] = mask
+    return mask
+
+
+class CheckedStore(WrapperStore):
+    """Wraps a store so that every metadata document and chunk is bounded before zarr decodes it."""
+
+    def __init__(self, store: Any, state: _State | None = None) -> None:
+        super().__init__(store)
+        self._state = state or _State()
+
+    def _with_store(self, store: Any) -> CheckedStore:
+        return type(self)(store, self._state)
+
+    def __repr__(self) -> str:
+        return f"CheckedStore({self._store!r})"
+
+    async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        state = self._state
+        if key == "zarr.json" or key.endswith("/zarr.json"):
+            buf = await self._store.get(key, prototype, byte_range)
+            if buf is not None and byte_range is None:
+                state.record(key, buf.to_bytes())
+            return buf
+        found = state.locate(key)
+        buf = await self._store.get(key, prototype, byte_range)
+        if found is None:
+            return buf
+        info, coords = found
+        if info.error is not None:
+            raise FormatError(f"array {info.path!r} cannot be read safely: {info.error}")
+        if buf is None:
+            if _committed(state, info, coords):
+                raise FormatError(
+                    f"array {info.path!r}: chunk {key!r} of committed frames is missing from the store "
+                    "(the writer writes every chunk); the archive is damaged"
+                )
+            return None
+        data = buf.as_buffer_like() if hasattr(buf, "as_buffer_like") else buf.to_bytes()
+        if not info.per_shard:
+            if byte_range is None:
+                _check_chunk(info, key, data, info.chain)
+            return buf
+        # A shard: its index (suffix or prefix of index_size), one inner chunk (a range) or all of it.
+        if byte_range is None:
+            n = len(data)
+            index = data[:info.index_size] if info.index_start else data[n - info.index_size:] if n >= info.index_size else data
+            table = _check_index(state, info, key, coords, index, n)
+            for off, nb in table:
+                if off != _MAX_U64:
+                    _check_chunk(info, key, data[int(off):int(off + nb)], info.chain)
+        elif isinstance(byte_range, SuffixByteRequest) or (
+                isinstance(byte_range, RangeByteRequest) and byte_range.start == 0 and info.index_start
+                and byte_range.end == info.index_size):
+            _check_index(state, info, key, coords, data, None)
+        elif isinstance(byte_range, RangeByteRequest):
+            if len(data) != byte_range.end - byte_range.start:
+                raise FormatError(f"shard {key!r} index points past the end of the shard object")
+            _check_chunk(info, key, data, info.chain)
+        return buf
+
+    async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list:
+        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+    async def set(self, key: str, value: Any) -> None:
+        await self._store.set(key, value)
+        if key == "zarr.json" or key.endswith("/zarr.json"):
+            self._state.record(key, value.to_bytes())

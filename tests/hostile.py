@@ -1,0 +1,206 @@
+"""Run mjarchive's public entry points on an untrusted archive in a child process, with limits.
+
+Each call forks a child from one helper process that has already imported mjarchive (a start costs
+milliseconds), caps the child's address space at `memory` bytes above what the helper already
+uses, kills it after `timeout` seconds, and watches directories outside the archive and the output
+folder with inotify: any open, read or write there is reported. The outcome says whether the entry
+point worked (`ok`), refused with an MjArchiveError (`error`, with the class and message), or
+failed any other way (`crash`: another exception, a traceback from the CLI, a signal such as a
+segfault, or `timeout`). Commands and replies are JSON lines: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mjarchive.testing import OpenWatcher
+
+#: Every public way to read an archive or write next to it; each takes (archive, out_dir).
+ENTRY_POINTS = ("open", "select", "refresh", "verify", "model", "render", "iter_frames", "append",
+                "cli_info", "cli_verify", "cli_render", "cli_preview", "cli_export_model")
+MEMORY = 1 << 30
+TIMEOUT = 60.0
+
+_CHILD = r"""
+import contextlib, io, json, os, resource, sys, traceback
+
+def vm_size():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+def run_entry(name, archive, out):
+    import numpy as np
+    import mjarchive
+    from mjarchive.cli.main import main
+    cli = {"cli_info": ["info", archive], "cli_verify": ["verify", archive],
+           "cli_render": ["render", archive, "--out", out, "--size", "16x16", "--quality", "fast", "--workers", "1",
+                          "--frames", "0:2", "--worlds", "{first}"],
+           "cli_preview": ["preview", archive, "--out", os.path.join(out, "sheet.png"), "--size", "16x16"],
+           "cli_export_model": ["export-model", archive, out]}
+    if name in cli:
+        argv = cli[name]
+        if "{first}" in argv:
+            try:
+                with mjarchive.open(archive) as a:
+                    first = str(a.world_ids[0])
+            except mjarchive.MjArchiveError:
+                first = "0"
+            argv = [first if x == "{first}" else x for x in argv]
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(argv)
+        text = err.getvalue()
+        if "Traceback" in text:
+            return {"status": "crash", "message": text[-2000:]}
+        if rc == 0:
+            return {"status": "ok"}
+        lines = [l for l in text.strip().splitlines() if l.strip()]
+        return {"status": "error", "class": "cli", "message": lines[-1] if lines else "", "rc": rc}
+    if name == "append":
+        with mjarchive.open(archive, mode="a") as w:
+            n = len(w.world_ids)
+            nq = w.manifest.layout.nq
+            nm = w.manifest.layout.nmocap
+            extra = {k: np.zeros((n, *t.shape), t.dtype) for k, t in w.manifest.tracks.items()}
+            if nm:
+                extra["mocap_pos"] = np.zeros((n, nm, 3))
+                extra["mocap_quat"] = np.tile([1.0, 0, 0, 0], (n, nm, 1))
+            w.append(1e9, np.zeros((n, nq)), **extra)
+        return {"status": "ok"}
+    a = mjarchive.open(archive)
+    if name == "open":
+        a.time
+    elif name == "select":
+        w = a.world_ids[0]
+        sel = a.select(worlds=[w], frames=slice(0, min(a.n_frames, 4)))
+        sel.qpos, sel.reset, sel.time
+        a.episodes(w)
+    elif name == "refresh":
+        a.refresh()
+    elif name == "verify":
+        report = a.verify()
+        return {"status": "ok", "verify_ok": bool(report.ok), "message": "; ".join(report.problems)[:2000]}
+    elif name == "model":
+        a.model()
+    elif name == "render":
+        mjarchive.render(a, out, worlds=[a.world_ids[0]], frames=slice(0, min(a.n_frames, 2)), size=(16, 16),
+                         quality="fast", workers=1, progress=False)
+    elif name == "iter_frames":
+        for _ in mjarchive.iter_frames(a, worlds=[a.world_ids[0]], frames=slice(0, min(a.n_frames, 2)),
+                                       size=(16, 16), quality="fast"):
+            pass
+    return {"status": "ok"}
+
+def child(cmd):
+    limit = vm_size() + cmd["memory"]
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.chdir(cmd["cwd"])
+    import mjarchive
+    try:
+        result = run_entry(cmd["entry"], cmd["archive"], cmd["out"])
+    except mjarchive.MjArchiveError as exc:
+        result = {"status": "error", "class": type(exc).__name__,
+                  "classes": [c.__name__ for c in type(exc).__mro__], "message": str(exc)[:2000]}
+    except BaseException as exc:
+        result = {"status": "crash", "class": type(exc).__name__, "message": traceback.format_exc()[-3000:]}
+    with open(cmd["result"], "w") as f:
+        json.dump(result, f)
+
+# `python -c` puts the working directory on sys.path; a child works in a directory under test, and
+# lazy imports must not scan it.
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+import mjarchive, mjarchive.cli.main, mjarchive.replay.render, numpy, zarr, mujoco
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "start":
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                child(cmd)
+            except BaseException:
+                code = 3
+            os._exit(code)
+        reply = {"pid": pid}
+    else:
+        pid, status = os.waitpid(cmd["pid"], os.WNOHANG)
+        reply = {"exitcode": None if pid == 0 else os.waitstatus_to_exitcode(status)}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+"""
+
+_zygote: Any = None
+
+
+def _call(**cmd: Any) -> dict:
+    global _zygote
+    if _zygote is None or _zygote.poll() is not None:
+        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        _zygote = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True, env=env)
+        atexit.register(_zygote.stdin.close)
+    _zygote.stdin.write(json.dumps(cmd) + "\n")
+    _zygote.stdin.flush()
+    return json.loads(_zygote.stdout.readline())
+
+
+@dataclasses.dataclass
+class Outcome:
+    entry: str
+    status: str  # "ok", "error" (MjArchiveError or a clean CLI error), "crash", "timeout"
+    error_class: str = ""
+    classes: tuple[str, ...] = ()
+    message: str = ""
+    exitcode: int | None = None
+    seconds: float = 0.0
+    touched_outside: tuple[str, ...] = ()  # opened, read or written outside archive and output
+    verify_ok: bool | None = None
+
+    @property
+    def clean(self) -> bool:
+        """Worked or refused cleanly, and touched nothing outside."""
+        return self.status in ("ok", "error") and not self.touched_outside
+
+
+def run(entry: str, archive: str | os.PathLike, out: str | os.PathLike, *, watch: list[str | os.PathLike],
+        memory: int = MEMORY, timeout: float = TIMEOUT, cwd: str | os.PathLike | None = None) -> Outcome:
+    """Run one entry point in a limited child; `watch` lists directories that must stay untouched."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = out.parent / f".result-{entry}-{os.getpid()}-{time.monotonic_ns()}.json"
+    start = time.monotonic()
+    with OpenWatcher(watch, writes=True) as watcher:
+        pid = _call(op="start", entry=entry, archive=str(archive), out=str(out), memory=memory,
+                    result=str(result), cwd=str(cwd or out))["pid"]
+        exitcode = None
+        while exitcode is None:
+            exitcode = _call(op="poll", pid=pid)["exitcode"]
+            if exitcode is None:
+                if time.monotonic() - start > timeout:
+                    os.kill(pid, 9)
+                    while _call(op="poll", pid=pid)["exitcode"] is None:
+                        time.sleep(0.01)
+                    return Outcome(entry, "timeout", seconds=time.monotonic() - start,
+                                   touched_outside=tuple(watcher.events()))
+                time.sleep(0.01)
+        touched = tuple(watcher.events())
+    seconds = time.monotonic() - start
+    try:
+        data = json.loads(result.read_text())
+        result.unlink()
+    except (OSError, ValueError):
+        return Outcome(entry, "crash", message=f"child died with exit code {exitcode}", exitcode=exitcode,
+                       seconds=seconds, touched_outside=touched)
+    return Outcome(entry, data["status"], data.get("class", ""), tuple(data.get("classes", ())),
+                   data.get("message", ""), exitcode, seconds, touched, data.get("verify_ok"))
