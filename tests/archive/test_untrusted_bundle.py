@@ -165,6 +165,8 @@ XML_CASES = {
     "submodel": (_xml(asset='<model name="sub" file="sub.xml"/>', body='<attach model="sub" prefix="s_"/>'),
                  "sub-model"),
     "deep_nesting": (_xml(body="<frame>" * 600 + "</frame>" * 600), "nests"),
+    "very_deep_nesting": (_xml(body="<frame>" * 1_000_000 + "</frame>" * 1_000_000), "nests"),
+    "too_many_elements": (_xml(body="<frame/>" * 300_000), "elements"),
 }
 
 

@@ -435,6 +435,7 @@ _MARKUP_DECL_RE = re.compile(r"<!(?!--)|<\?")
 _BAD_ENTITY_RE = re.compile(r"&(?!(?:amp|lt|gt|quot|apos);)")
 _BAD_CHAR_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff\ufffe\uffff]")
 MAX_XML_DEPTH = 512
+MAX_XML_ELEMENTS = 250_000  # real flattened robot models hold a few thousand
 MAX_SUBMODEL_DEPTH = 0  # MuJoCo reads <model file=...> from the host disk, never from the assets
 # Declared sizes checked before MuJoCo sees a bundle (the compile child enforces hard limits too).
 MAX_REPLICATED = 100_000  # product of nested <replicate count>
@@ -476,22 +477,26 @@ def check_xml_text(xml: str) -> None:
 def _parse_xml(xml: str) -> ET.Element:
     """ElementTree's view of already text-checked XML, refusing deep nesting and namespaces."""
     parser = ET.XMLPullParser(events=("start", "end"))
-    root, depth = None, 0
+    root, depth, count = None, 0, 0
     try:
-        parser.feed(xml)
-        for event, element in parser.read_events():
-            if event == "end":
-                depth -= 1
-                continue
-            depth += 1
-            root = element if root is None else root
-            if depth > MAX_XML_DEPTH:
-                raise _refuse(f"the bundled XML nests elements more than {MAX_XML_DEPTH} deep")
-            if not isinstance(element.tag, str) or ":" in element.tag or "{" in element.tag:
-                raise _refuse(f"the bundled XML uses a namespaced element {element.tag!r}")
-            for attr in element.attrib:
-                if ":" in attr or "{" in attr or attr == "xmlns":
-                    raise _refuse(f"the bundled XML uses a namespaced attribute {attr!r} in <{element.tag}>")
+        # Fed in pieces, so deep or huge documents are refused before the whole tree is built.
+        for offset in range(0, len(xml), 1 << 16):
+            parser.feed(xml[offset:offset + (1 << 16)])
+            for event, element in parser.read_events():
+                if event == "end":
+                    depth -= 1
+                    continue
+                depth, count = depth + 1, count + 1
+                root = element if root is None else root
+                if depth > MAX_XML_DEPTH:
+                    raise _refuse(f"the bundled XML nests elements more than {MAX_XML_DEPTH} deep")
+                if count > MAX_XML_ELEMENTS:
+                    raise _refuse(f"the bundled XML has more than {MAX_XML_ELEMENTS} elements")
+                if not isinstance(element.tag, str) or ":" in element.tag or "{" in element.tag:
+                    raise _refuse(f"the bundled XML uses a namespaced element {element.tag!r}")
+                for attr in element.attrib:
+                    if ":" in attr or "{" in attr or attr == "xmlns":
+                        raise _refuse(f"the bundled XML uses a namespaced attribute {attr!r} in <{element.tag}>")
         parser.close()
     except ET.ParseError as exc:
         raise UnsafeBundleError(f"the bundled XML is not well-formed: {exc}") from None
