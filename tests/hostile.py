@@ -27,6 +27,9 @@ from mjarchive.testing import OpenWatcher
 ENTRY_POINTS = ("open", "select", "refresh", "verify", "model", "render", "iter_frames", "append",
                 "cli_info", "cli_verify", "cli_render", "cli_preview", "cli_export_model")
 MEMORY = 1 << 30
+#: Entry points that open an OpenGL context get more: Mesa reserves address space per raster thread.
+RENDER_MEMORY = 3 << 30
+_RENDERING = ("render", "iter_frames", "cli_render", "cli_preview")
 TIMEOUT = 60.0
 
 _CHILD = r"""
@@ -174,8 +177,11 @@ class Outcome:
 
 
 def run(entry: str, archive: str | os.PathLike, out: str | os.PathLike, *, watch: list[str | os.PathLike],
-        memory: int = MEMORY, timeout: float = TIMEOUT, cwd: str | os.PathLike | None = None) -> Outcome:
-    """Run one entry point in a limited child; `watch` lists directories that must stay untouched."""
+        memory: int | None = None, timeout: float = TIMEOUT, cwd: str | os.PathLike | None = None) -> Outcome:
+    """Run one entry point in a limited child; `watch` lists directories that must stay untouched.
+    `memory`: address space above the helper's (default MEMORY, RENDER_MEMORY for rendering)."""
+    if memory is None:
+        memory = RENDER_MEMORY if entry in _RENDERING else MEMORY
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result = out.parent / f".result-{entry}-{os.getpid()}-{time.monotonic_ns()}.json"

@@ -149,8 +149,10 @@ class AppendReopenMachine(RuleBasedStateMachine):
             n = archive.n_frames
             # Chunks that filled up are committed even without flush; nothing beyond what was appended.
             assert self.durable <= n <= self.appended
-            if n:
-                frames = data.draw(frame_selections(n))
+            if self.durable:
+                # Drawn within the frames known to be committed: `n` itself depends on the writer
+                # thread's timing, and Hypothesis needs the same draws when it replays a case.
+                frames = data.draw(frame_selections(self.durable))
                 expected = self.frames(0, n)
                 idx = slice(None) if frames is None else (frames if isinstance(frames, slice) else np.atleast_1d(frames))
                 sel = archive.select(frames=frames)

@@ -274,3 +274,16 @@ def test_cached_model_is_checked_against_each_archives_layout(base_archive, tmp_
     (renamed / "zarr.json").write_text(json.dumps(attrs))
     with pytest.raises(mjarchive.LayoutMismatchError, match="not_hinge"):
         bundle_model(mjarchive.open(renamed))
+
+
+def test_append_refuses_a_damaged_bundle(base_archive, tmp_path):
+    damaged = tmp_path / "damaged.mjarchive"
+    shutil.copytree(base_archive, damaged)
+    (damaged / "model" / "xml" / "c" / "0").unlink()
+    with pytest.raises(mjarchive.MjArchiveError, match="missing|hash"):
+        mjarchive.open(damaged, mode="a")
+    intact = tmp_path / "intact.mjarchive"
+    shutil.copytree(base_archive, intact)
+    with mjarchive.open(intact, mode="a") as writer:  # the undamaged copy still appends
+        writer.append(0.9, np.zeros((2, 1)))
+    assert mjarchive.open(intact).n_frames == 4

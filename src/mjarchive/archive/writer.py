@@ -521,5 +521,9 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
         )
     if BUNDLE_GROUP not in root:
         raise FormatError("the archive has no model bundle")
+    # New frames must not be committed on top of a damaged or swapped model.
+    if ModelBundle.from_zarr(root).sha256 != manifest.model_sha256:
+        raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256; "
+                          "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
                          max_pending_bytes=max_pending_bytes)
