@@ -1,7 +1,7 @@
 """Run mjarchive's public entry points on an untrusted archive in a child process, with limits.
 
-Each call forks a child from one helper process that has already imported mjarchive (a start costs
-milliseconds), caps the child's address space at `memory` bytes above what the helper already
+Each call forks a child from one helper process (`mjarchive.testing.ForkServer`) that has already
+imported mjarchive (a start costs milliseconds), caps the child's address space at `memory` bytes above what the helper already
 uses, kills it after `timeout` seconds, and watches directories outside the archive and the output
 folder with inotify: any open, read or write there is reported. The outcome says whether the entry
 point worked (`ok`), refused with an MjArchiveError (`error`, with the class and message), or
@@ -11,17 +11,22 @@ segfault, or `timeout`). Commands and replies are JSON lines: nothing is unpickl
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import dataclasses
+import io
 import json
 import os
-import subprocess
-import sys
+import resource
 import time
+import traceback
 from pathlib import Path
-from typing import Any
 
-from mjarchive.testing import OpenWatcher
+import numpy as np
+
+import mjarchive
+import mjarchive.cli.main  # noqa: F401  (loaded once in the server, not in every child)
+import mjarchive.replay.render  # noqa: F401
+from mjarchive.testing import ForkServer, OpenWatcher
 
 #: Every public way to read an archive or write next to it; each takes (archive, out_dir).
 ENTRY_POINTS = ("open", "select", "refresh", "verify", "model", "render", "iter_frames", "append",
@@ -32,20 +37,21 @@ RENDER_MEMORY = 3 << 30
 _RENDERING = ("render", "iter_frames", "cli_render", "cli_preview")
 TIMEOUT = 60.0
 
-_CHILD = r"""
-import contextlib, io, json, os, resource, sys, traceback
+# -- the child side (runs in a process forked from the server) ----------------------------------------
 
-def vm_size():
+def vm_size() -> int:
+    """This process's address space in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     return 0
 
-def run_entry(name, archive, out):
-    import numpy as np
-    import mjarchive
+
+def run_entry(name: str, archive: str, out: str) -> dict:
+    """Run one entry point; returns the outcome as a JSON-able dict."""
     from mjarchive.cli.main import main
+
     cli = {"cli_info": ["info", archive], "cli_verify": ["verify", archive],
            "cli_render": ["render", archive, "--out", out, "--size", "16x16", "--quality", "fast", "--workers", "1",
                           "--frames", "0:2", "--worlds", "{first}"],
@@ -105,11 +111,12 @@ def run_entry(name, archive, out):
             pass
     return {"status": "ok"}
 
-def child(cmd):
+
+def child(cmd: dict) -> None:
+    """A forked child: limit its address space, run the entry point, write the outcome file."""
     limit = vm_size() + cmd["memory"]
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     os.chdir(cmd["cwd"])
-    import mjarchive
     try:
         result = run_entry(cmd["entry"], cmd["archive"], cmd["out"])
     except mjarchive.MjArchiveError as exc:
@@ -120,42 +127,8 @@ def child(cmd):
     with open(cmd["result"], "w") as f:
         json.dump(result, f)
 
-# `python -c` puts the working directory on sys.path; a child works in a directory under test, and
-# lazy imports must not scan it.
-sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-import mjarchive, mjarchive.cli.main, mjarchive.replay.render, numpy, zarr, mujoco
-for line in sys.stdin:
-    cmd = json.loads(line)
-    if cmd["op"] == "start":
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                child(cmd)
-            except BaseException:
-                code = 3
-            os._exit(code)
-        reply = {"pid": pid}
-    else:
-        pid, status = os.waitpid(cmd["pid"], os.WNOHANG)
-        reply = {"exitcode": None if pid == 0 else os.waitstatus_to_exitcode(status)}
-    sys.stdout.write(json.dumps(reply) + "\n")
-    sys.stdout.flush()
-"""
 
-_zygote: Any = None
-
-
-def _call(**cmd: Any) -> dict:
-    global _zygote
-    if _zygote is None or _zygote.poll() is not None:
-        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-        _zygote = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True, env=env)
-        atexit.register(_zygote.stdin.close)
-    _zygote.stdin.write(json.dumps(cmd) + "\n")
-    _zygote.stdin.flush()
-    return json.loads(_zygote.stdout.readline())
+_SERVER = ForkServer("hostile:child", path=[str(Path(__file__).resolve().parent)])
 
 
 @dataclasses.dataclass
@@ -187,15 +160,15 @@ def run(entry: str, archive: str | os.PathLike, out: str | os.PathLike, *, watch
     result = out.parent / f".result-{entry}-{os.getpid()}-{time.monotonic_ns()}.json"
     start = time.monotonic()
     with OpenWatcher(watch, writes=True) as watcher:
-        pid = _call(op="start", entry=entry, archive=str(archive), out=str(out), memory=memory,
-                    result=str(result), cwd=str(cwd or out))["pid"]
+        pid = _SERVER.start({"entry": entry, "archive": str(archive), "out": str(out), "memory": memory,
+                             "result": str(result), "cwd": str(cwd or out)})
         exitcode = None
         while exitcode is None:
-            exitcode = _call(op="poll", pid=pid)["exitcode"]
+            exitcode = _SERVER.poll(pid)
             if exitcode is None:
                 if time.monotonic() - start > timeout:
                     os.kill(pid, 9)
-                    while _call(op="poll", pid=pid)["exitcode"] is None:
+                    while _SERVER.poll(pid) is None:
                         time.sleep(0.01)
                     return Outcome(entry, "timeout", seconds=time.monotonic() - start,
                                    touched_outside=tuple(watcher.events()))

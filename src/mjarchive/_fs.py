@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ._errors import MjArchiveError
 
-__all__ = ["MAX_NAME_BYTES", "check_name", "OutputDir", "TempFile"]
+__all__ = ["MAX_NAME_BYTES", "check_name", "describe_mode", "OutputDir", "TempFile"]
 
 #: The longest file name most file systems take (bytes of its UTF-8 form).
 MAX_NAME_BYTES = 255
@@ -56,9 +56,11 @@ def check_name(name: str) -> str:
     return name
 
 
-def _kind(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """What kind of file system entry an `st_mode` is, in words ('a symbolic link', 'a FIFO', ...)."""
     for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
         if test(mode):
             return word
     return "not a regular file"
@@ -150,7 +152,7 @@ class OutputDir:
         if st is None:
             return None
         if not stat.S_ISREG(st.st_mode):
-            raise MjArchiveError(f"{str(self.path / name)!r} is {_kind(st.st_mode)}, not a regular file")
+            raise MjArchiveError(f"{str(self.path / name)!r} is {describe_mode(st.st_mode)}, not a regular file")
         try:
             fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC | _BINARY, **kw)
         except FileNotFoundError:

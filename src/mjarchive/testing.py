@@ -29,6 +29,7 @@ __all__ = [
     "ArchiveShape",
     "CrashChild",
     "CrashTrial",
+    "ForkServer",
     "OpenWatcher",
     "archive_shapes",
     "check_archive_frames",
@@ -267,10 +268,12 @@ def crash_child_main(argv: list[str]) -> None:
 # Children fork from one helper process that has already imported mjarchive (a start costs
 # milliseconds instead of a fresh interpreter's second). Commands and replies are JSON lines; no
 # pickle crosses the process boundary.
-_ZYGOTE_SOURCE = r"""
-import json, os, sys, traceback
-import mjarchive, mjarchive.testing
-out = sys.stdout
+_FORK_SERVER_SOURCE = r"""
+import importlib, json, os, sys, traceback
+# `python -c` puts the working directory on sys.path; children may work in directories under test.
+sys.path[:] = json.loads(sys.argv[2]) + [p for p in sys.path if p not in ("", ".")]
+module, _, name = sys.argv[1].partition(":")
+target = getattr(importlib.import_module(module), name)
 for line in sys.stdin:
     cmd = json.loads(line)
     if cmd["op"] == "start":
@@ -278,7 +281,7 @@ for line in sys.stdin:
         if pid == 0:
             code = 0
             try:
-                mjarchive.testing.crash_child_main(cmd["argv"])
+                target(cmd["args"])
             except BaseException:
                 traceback.print_exc()
                 code = 1
@@ -287,37 +290,59 @@ for line in sys.stdin:
     else:
         pid, status = os.waitpid(cmd["pid"], 0 if cmd["op"] == "wait" else os.WNOHANG)
         reply = {"exitcode": None if pid == 0 else os.waitstatus_to_exitcode(status)}
-    out.write(json.dumps(reply) + "\n")
-    out.flush()
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
 """
-_zygote: Any = None
 
 
-def _zygote_call(**cmd: Any) -> dict:
-    import atexit
-    import subprocess
-    import sys
+class ForkServer:
+    """A helper process that forks children running `target` ("module:function", called with one
+    JSON-able argument) from a warm interpreter. `path`: directories put first on its sys.path.
 
-    global _zygote
-    if _zygote is None or _zygote.poll() is not None:
-        _zygote = subprocess.Popen([sys.executable, "-c", _ZYGOTE_SOURCE], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True)
-        atexit.register(_zygote.stdin.close)
-    _zygote.stdin.write(json.dumps(cmd) + "\n")
-    _zygote.stdin.flush()
-    return json.loads(_zygote.stdout.readline())
+    `start(args)` returns a child's pid; `poll(pid)` and `wait(pid)` its exit code (None while it
+    runs; negative: killed by that signal).
+    """
+
+    def __init__(self, target: str, path: list[str] | None = None):
+        self._argv = [target, json.dumps([str(p) for p in path or ()])]
+        self._proc: Any = None
+
+    def _call(self, **cmd: Any) -> dict:
+        import atexit
+        import subprocess
+        import sys
+
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([sys.executable, "-c", _FORK_SERVER_SOURCE, *self._argv],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            atexit.register(self._proc.stdin.close)
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        return json.loads(self._proc.stdout.readline())
+
+    def start(self, args: Any) -> int:
+        return self._call(op="start", args=args)["pid"]
+
+    def poll(self, pid: int) -> int | None:
+        return self._call(op="poll", pid=pid)["exitcode"]
+
+    def wait(self, pid: int) -> int:
+        return self._call(op="wait", pid=pid)["exitcode"]
+
+
+_CRASH_SERVER = ForkServer("mjarchive.testing:crash_child_main")
 
 
 class CrashChild:
     """A process running `crash_child_main(argv)`; `exitcode` follows `multiprocessing` (-9 = SIGKILL)."""
 
     def __init__(self, argv: list[str]):
-        self.pid: int = _zygote_call(op="start", argv=[str(a) for a in argv])["pid"]
+        self.pid: int = _CRASH_SERVER.start([str(a) for a in argv])
         self.exitcode: int | None = None
 
     def is_alive(self) -> bool:
         if self.exitcode is None:
-            self.exitcode = _zygote_call(op="poll", pid=self.pid)["exitcode"]
+            self.exitcode = _CRASH_SERVER.poll(self.pid)
         return self.exitcode is None
 
     def kill(self) -> None:
@@ -328,7 +353,7 @@ class CrashChild:
 
     def join(self) -> int:
         if self.exitcode is None:
-            self.exitcode = _zygote_call(op="wait", pid=self.pid)["exitcode"]
+            self.exitcode = _CRASH_SERVER.wait(self.pid)
         return self.exitcode
 
 

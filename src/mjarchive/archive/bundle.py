@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from .._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
-from .compile_child import Refused, check_spec_files
+from .compile_child import MAX_ARENA_BYTES, Refused, check_spec_files
 from .format import BUNDLE_GROUP, as_int, check_array
 
 __all__ = ["ModelBundle", "QposLayout"]
@@ -524,8 +524,6 @@ def _memory_bytes(text: str) -> float:
 
 def _check_declared_sizes(root: ET.Element, assets: Mapping[str, bytes]) -> None:
     """Bound the work and memory a model's own numbers ask for, before compiling it."""
-    from .compile_child import MAX_ARENA_BYTES
-
     def walk(element: ET.Element, replicated: float) -> None:
         stack = [(element, replicated)]
         while stack:

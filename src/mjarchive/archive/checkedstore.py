@@ -15,6 +15,7 @@ MAX_JSON_BYTES / MAX_JSON_DEPTH before zarr parses it):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -402,7 +403,7 @@ class CheckedStore(WrapperStore):
         return buf
 
     async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list:
-        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+        return list(await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)))
 
     async def set(self, key: str, value: Any) -> None:
         await self._store.set(key, value)

@@ -26,6 +26,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from .._errors import FormatError
+from .._fs import describe_mode
 from .format import MAX_JSON_BYTES
 
 __all__ = ["SafeLocalStore", "walk_files"]
@@ -36,18 +37,9 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 # -- plain files only ------------------------------------------------------------------------------
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _refuse(root: Path, rel: str, mode: int) -> FormatError:
     return FormatError(
-        f"archive entry {rel!r} (in {str(root)!r}) is {_kind(mode)}; an archive on disk holds only plain "
+        f"archive entry {rel!r} (in {str(root)!r}) is {describe_mode(mode)}; an archive on disk holds only plain "
         "directories and regular files, so mjarchive refuses to follow it (replace it with a real copy)"
     )
 

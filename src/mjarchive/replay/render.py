@@ -418,8 +418,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         try:
             with lent:
                 _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
-                               fps=fps, size=size, progress=progress, hint=(backend == "cpu" and quality == "full"),
-                               on_done=ledger.mark_done, folder=folder)
+                               folder=folder, fps=fps, size=size, progress=progress,
+                               hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done)
             return all_paths
         except BrokenProcessPool:
             if own_pool is None:
@@ -446,24 +446,20 @@ def _check_size(size: Any) -> tuple[int, int]:
     return h, w
 
 
-def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, fps: float,
-                   size: tuple[int, int], progress: bool, hint: bool, on_done=None,
-                   folder: OutputDir | None = None) -> list[Path]:
+def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, folder: OutputDir,
+                   fps: float, size: tuple[int, int], progress: bool, hint: bool, on_done=None) -> list[Path]:
     """Consume unit results in order and encode each output; a video is written to a fresh
-    temporary file in `folder` (default: its own folder) and renamed over its name when complete,
-    then reported to `on_done(path, n_frames, sha256, size)`."""
+    temporary file in `folder` and renamed over its name when complete, then reported to
+    `on_done(path, n_frames, sha256, size)`."""
     from tqdm.auto import tqdm
 
     total = sum(len(u.frames) for o in outputs for u in o.units)
     units = [u for o in outputs for u in o.units]
-    owned = folder is None
-    if owned:
-        folder = OutputDir(outputs[0].path.parent) if outputs else None
     # Temporary files a killed render left behind, removed once their video is written again;
     # only those older than this run (a concurrent render's file is being written right now).
     start_ns = time.time_ns()
     leftovers: dict[str, list[str]] = collections.defaultdict(list)  # by video stem
-    for n in folder.names() if folder else ():
+    for n in folder.names():
         if n.startswith(".") and ".partial" in n:
             leftovers[n[1:n.rindex(".partial")]].append(n)
     results = _unit_results(units, executor, window)
@@ -511,8 +507,6 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
                 paths.append(o.path)
     finally:
         results.close()  # cancels units still in flight when encoding stopped early
-        if owned and folder is not None:
-            folder.close()
     return paths
 
 
