@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# Resumable renders keep a per-user key in the config directory: the tests' own, not the user's.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="mjarchive-test-config-")
 
 
 def _test_data() -> Path:

@@ -36,7 +36,8 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
-_DIR_FD = os.open in os.supports_dir_fd and os.replace in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
+# os.replace takes src_dir_fd/dst_dir_fd wherever os.rename does, but CPython lists only rename.
+_DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
 _BLOCK = 1 << 20
 _EUID = os.geteuid() if hasattr(os, "geteuid") else None
 
@@ -245,8 +246,8 @@ class OutputDir:
 
 
 class TempFile:
-    """A temporary file made by `OutputDir.create_temp`: write to it (or hand `path` to a program
-    such as ffmpeg), then `commit(name)` renames it over the final name; `discard()` removes it if
+    """A temporary file made by `OutputDir.create_temp`: write to it (or hand `open_path` to a
+    program such as ffmpeg), then `commit(name)` renames it over the final name; `discard()` removes it if
     it was not committed (safe to call twice)."""
 
     def __init__(self, folder: OutputDir, name: str, fd: int):
@@ -257,8 +258,16 @@ class TempFile:
 
     @property
     def path(self) -> Path:
-        """Absolute path of the temporary file (for programs that open it themselves)."""
+        """Absolute path of the temporary file's entry in the folder."""
         return Path(os.path.abspath(self.folder.path / self.name))
+
+    @property
+    def open_path(self) -> Path:
+        """A path another program (ffmpeg) can open that names this very file, through our open
+        descriptor (`/proc/<pid>/fd/<fd>` on Linux), not its name in the folder: whoever swaps the
+        folder entry or the folder for a link in the meantime gains nothing. `path` elsewhere."""
+        proc = Path(f"/proc/{os.getpid()}/fd/{self._fd}")
+        return proc if self._fd >= 0 and proc.exists() else self.path
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)

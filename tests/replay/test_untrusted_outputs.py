@@ -9,6 +9,7 @@ either a correct fresh output or a clear MjArchiveError.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -212,7 +213,7 @@ GARBAGE = {
     "not-json": b"{",
     "wrong-top": b"[]",
     "old-version": json.dumps({"format": "mjarchive-render", "version": 1, "renders": {}}).encode(),
-    "renders-list": json.dumps({"format": "mjarchive-render", "version": 2, "renders": []}).encode(),
+    "renders-list": json.dumps({"format": "mjarchive-render", "version": resume._VERSION, "renders": []}).encode(),
 }
 
 
@@ -281,6 +282,7 @@ def test_ledger_names_are_never_paths(archive, tmp_path, outside, capfd):
     outputs = data["renders"][key]["outputs"]
     for name in ["../outside/secret.txt", str(outside / "secret.txt"), "x" * 300, 7]:
         outputs[str(name)] = dict(rec)
+    data["mac"] = resume.ledger_mac(resume.user_key(), data["renders"])  # even a record that verifies
     _forge(out, json.dumps(data))
     with OpenWatcher([outside], writes=True) as watcher:
         err = _render(archive, out, capfd)
@@ -295,13 +297,14 @@ def test_parse_ledger_checks_types_and_bounds():
     good = {"frames": 3, "bytes": 10, "sha256": "0" * 64}
     for bad in [{"frames": "3", "bytes": 10, "sha256": "0" * 64}, {"frames": 3, "bytes": True, "sha256": "0" * 64},
                 {"frames": 3, "bytes": -1, "sha256": "0" * 64}, {"frames": 3, "bytes": 10, "sha256": "zz"}, [], None]:
-        doc = {"format": "mjarchive-render", "version": 2,
+        doc = {"format": "mjarchive-render", "version": resume._VERSION,
                "renders": {key: {"outputs": {"ok.mp4": good, "bad.mp4": bad}}, "notakey": {"outputs": {}}}}
         ledger, problem = parse_ledger(json.dumps(doc).encode())
         assert problem and ledger["renders"][key]["outputs"] == {"ok.mp4": good}
         assert list(ledger["renders"]) == [key]
     many = {f"{i:064x}": {"outputs": {"v.mp4": good}} for i in range(100)}
-    ledger, problem = parse_ledger(json.dumps({"format": "mjarchive-render", "version": 2, "renders": many}).encode())
+    ledger, problem = parse_ledger(json.dumps({"format": "mjarchive-render", "version": resume._VERSION,
+                                               "renders": many}).encode())
     assert len(ledger["renders"]) == resume._MAX_REQUESTS and "oldest are dropped" in problem
 
 
@@ -512,3 +515,84 @@ def test_script_without_main_guard_gets_one_clear_line(tmp_path, guarded):
     assert "BrokenProcessPool" not in proc.stderr and "No frames have been written" not in proc.stderr
     assert proc.stderr.count("Traceback") == 1  # the parent's; the workers leave quietly
     assert not [p for p in (tmp_path / "out").iterdir() if p.suffix == ".mp4"]
+
+
+def test_a_record_without_this_users_code_is_not_trusted(archive, tmp_path, capfd):
+    """What mjarchive itself may write into a shared folder for someone else (export-model of their
+    archive: files owned by this user, bytes of theirs) must not pass for a finished render."""
+    out = tmp_path / "out"
+    _render(archive, out, capfd)
+    data = json.loads((out / LEDGER_NAME).read_text())
+    (key, entry), = data["renders"].items()
+    fake = b"NOT A VIDEO OF THIS ARCHIVE"
+    (out / VIDEO).unlink()
+    (out / VIDEO).write_bytes(fake)  # owned by this user, one link: like an exported asset
+    entry["outputs"][VIDEO].update(bytes=len(fake), sha256=hashlib.sha256(fake).hexdigest())
+    for mac in (None, "0" * 64, resume.ledger_mac(b"f" * 64, data["renders"])):
+        data["mac"] = mac
+        _forge(out, json.dumps(data))
+        err = _render(archive, out, capfd)
+        assert "skipped" not in err and "does not verify" in err
+        _is_video(out / VIDEO)
+        (out / VIDEO).unlink()
+        (out / VIDEO).write_bytes(fake)
+
+
+def test_resume_key_is_private_and_a_shared_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    key = resume.user_key()
+    path = tmp_path / "config" / "mjarchive" / "resume.key"
+    assert key and len(key) == 64 and resume.user_key() == key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o644)
+    assert resume.user_key() is None  # readable by others: not a secret
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    assert resume.user_key() is None and not (tmp_path / "elsewhere").exists()
+
+
+def test_json_depth_is_linear_on_unterminated_strings():
+    """An escaped quote repeated without a closing quote made a naive string regex quadratic
+    (17 s at 80 KB); 8 MB must take well under the timeout."""
+    code = ("from mjarchive.archive.format import json_depth; "
+            "assert json_depth(b'[\"' + b'\\\\\"' * 4_000_000) == 1")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_temporary_swapped_for_a_link_before_ffmpeg_opens_it_is_not_written_through(archive, tmp_path, outside,
+                                                                                      monkeypatch):
+    """The race an attacker who can write the folder can win: swap our fresh temporary for a link
+    between its creation and ffmpeg's open. ffmpeg writes through our descriptor, so the link's
+    target is untouched, and the swap is reported instead of renamed into place."""
+    real = _fs.OutputDir.create_temp
+
+    def create_and_swap(self, prefix, suffix=".tmp"):
+        part = real(self, prefix, suffix)
+        if prefix.endswith(".partial"):
+            os.unlink(part.path)
+            os.symlink(outside / "secret.txt", part.path)
+        return part
+
+    monkeypatch.setattr(_fs.OutputDir, "create_temp", create_and_swap)
+    with OpenWatcher([outside], writes=True) as watcher:
+        with pytest.raises(mjarchive.MjArchiveError, match="replaced or removed"):
+            mjarchive.render(archive, tmp_path / "out", size=(16, 16), quality="fast", workers=1, progress=False)
+        events = watcher.events()
+    _assert_outside_intact(outside, events)
+
+
+def test_an_output_folder_swapped_for_a_link_while_open_keeps_its_writes(tmp_path, outside):
+    """The folder is opened once and every entry is reached through that handle, so swapping the
+    folder's path for a link to elsewhere mid-run sends nothing elsewhere."""
+    out = tmp_path / "out"
+    with _fs.OutputDir(out) as folder:
+        folder.write_bytes("first.bin", b"1")
+        out.rename(tmp_path / "moved")
+        out.symlink_to(outside, target_is_directory=True)
+        folder.write_bytes("authorized_keys", b"attacker's")
+        part = folder.create_temp(".v.partial", ".mp4")
+        Path(part.open_path).write_bytes(b"video")
+        part.commit("v.mp4")
+    _assert_outside_intact(outside)
+    assert sorted(p.name for p in (tmp_path / "moved").iterdir()) == ["authorized_keys", "first.bin", "v.mp4"]
+    assert (tmp_path / "moved" / "v.mp4").read_bytes() == b"video"

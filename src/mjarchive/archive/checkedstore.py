@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from .._errors import FormatError
-from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR
+from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth
 
 __all__ = ["CheckedStore", "check_json_bytes"]
 
@@ -38,24 +37,13 @@ _MAX_U64 = 2**64 - 1
 
 # -- bounded metadata ------------------------------------------------------------------------------
 
-_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
-
 def check_json_bytes(data: bytes, what: str) -> None:
     """Refuse a JSON document above MAX_JSON_BYTES or nested deeper than MAX_JSON_DEPTH, unparsed."""
     if len(data) > MAX_JSON_BYTES:
         raise FormatError(f"{what} is {len(data)} bytes, above the limit of {MAX_JSON_BYTES} for a metadata document")
-    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
-        return  # cannot nest deeper than it has brackets: the common case costs two scans in C
-    brackets = np.frombuffer(_STRING_RE.sub(b'""', data).translate(None, _NOT_BRACKETS), np.uint8)
-    depth = 0
-    for lo in range(0, len(brackets), 1 << 20):
-        part = brackets[lo:lo + (1 << 20)]
-        levels = depth + np.cumsum(np.where((part == ord("[")) | (part == ord("{")), 1, -1), dtype=np.int64)
-        if levels.size and levels.max() > MAX_JSON_DEPTH:
-            raise FormatError(f"{what} nests JSON more than {MAX_JSON_DEPTH} levels deep; refusing to parse it")
-        depth = int(levels[-1]) if levels.size else depth
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
+        # (a document with fewer brackets than the limit cannot nest deeper: two scans in C)
+        raise FormatError(f"{what} nests JSON more than {MAX_JSON_DEPTH} levels deep; refusing to parse it")
 
 
 # -- bounded chunks --------------------------------------------------------------------------------

@@ -55,6 +55,27 @@ MIN_TIMESTEP = 1e-12
 ABS_ERROR_EXPONENTS = range(-64, 33)  # precision.abs_error is 2**k for k in this range
 
 
+# A JSON string; the closing quote is optional so an unterminated string also matches once, to the
+# end, instead of being retried from every later quote (which is quadratic).
+_JSON_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in JSON text (brackets inside strings do not count):
+    linear time, bounded memory, no recursion, so hostile text can be vetted before parsing."""
+    if data.count(b"[") + data.count(b"{") <= 1:
+        return data.count(b"[") + data.count(b"{")
+    brackets = np.frombuffer(_JSON_STRING_RE.sub(b'""', data).translate(None, _NOT_BRACKETS), np.uint8)
+    deepest = depth = 0
+    for lo in range(0, len(brackets), 1 << 20):
+        part = brackets[lo:lo + (1 << 20)]
+        levels = depth + np.cumsum(np.where((part == ord("[")) | (part == ord("{")), 1, -1), dtype=np.int64)
+        if levels.size:
+            deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+    return deepest
+
+
 def check_track_name(name: str) -> str:
     """Validate a user-chosen track name; it becomes a store key."""
     if not isinstance(name, str) or not TRACK_NAME_RE.fullmatch(name) or name in RESERVED_ARRAYS:

@@ -468,10 +468,10 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
     try:
         with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
             for o in outputs:
-                # ffmpeg opens the path itself: a fresh file under a random name, made by us with
-                # O_EXCL | O_NOFOLLOW, so nothing planted can be there.
+                # A fresh file under a random name, made by us with O_EXCL | O_NOFOLLOW (nothing
+                # planted can be there); ffmpeg opens it through our descriptor.
                 part = folder.create_temp(partial_prefix(o.path), o.path.suffix)
-                tmp = part.path
+                tmp = part.open_path  # the file itself, not its name: see TempFile.open_path
                 try:
                     if o.grid_block:  # grid outputs only; per-world ones have grid_block 0
                         composer = GridComposer(o.world_ids, size)

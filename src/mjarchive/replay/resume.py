@@ -15,19 +15,27 @@ request into the same directory gets another key and reuses nothing.
 The output folder may be shared, so the ledger is untrusted input: it is read only if it is a
 regular file (never through a link, never blocking on a FIFO) owned by the user, of at most
 MAX_LEDGER_BYTES, nested at most MAX_DEPTH deep, and schema-checked. The sha256 check alone would
-not stop someone who can write the folder (they can hash what they plant and forge the record, the
-request key being computable), so a video counts as finished only if it is also owned by this user
-and has a single link: files we render are. A ledger that fails these checks is ignored with a
-one-line note on stderr (every video is rendered again, and the ledger is rewritten) rather than
-refused: it holds nothing the user needs, and refusing would let anyone who can write the folder
-stop every later render. Names in the ledger are only looked up, never turned into paths.
+not stop someone who can write the folder: they can hash what they plant and forge the record (the
+request key is computable), even get mjarchive itself to write files of their choosing there
+(`export-model` of their archive). So the record carries an HMAC under a per-user secret kept
+outside every output folder (`$XDG_CONFIG_HOME/mjarchive/resume.key`, default `~/.config`, mode
+0600, made on first use); a record whose code does not verify is ignored. A video also counts as
+finished only if it is owned by this user and has a single link: files we render are. A ledger that
+fails these checks is ignored with a one-line note on stderr (every video is rendered again, and
+the ledger is rewritten) rather than refused: it holds nothing the user needs, and refusing would
+let anyone who can write the folder stop every later render. Names in the ledger are only looked
+up, never turned into paths.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 import re
+import secrets
+import stat
 import sys
 import time
 from pathlib import Path
@@ -37,12 +45,13 @@ import numpy as np
 
 from .._errors import MjArchiveError
 from .._fs import MAX_NAME_BYTES, OutputDir
+from ..archive.format import json_depth
 
-__all__ = ["LEDGER_NAME", "RenderLedger", "request_key", "partial_prefix", "is_partial_of"]
+__all__ = ["LEDGER_NAME", "RenderLedger", "request_key", "partial_prefix", "is_partial_of", "user_key", "ledger_mac"]
 
 LEDGER_NAME = ".mjarchive-render.json"
 _FORMAT = "mjarchive-render"
-_VERSION = 2  # 2: outputs carry sha256 (version 1's size + mtime records are not trusted)
+_VERSION = 3  # 2: outputs carry sha256 (1's size + mtime were not trusted); 3: an HMAC (see above)
 #: Requests remembered per directory; older ones are dropped (their videos are just not reused).
 _MAX_REQUESTS = 32
 #: Largest ledger read (and written: older requests, then older outputs, are dropped to fit).
@@ -54,10 +63,6 @@ _MAX_STRING = 4096
 #: without a limit, thousands of short videos would rewrite a growing file thousands of times).
 _WRITE_INTERVAL = 1.0
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-# A JSON string, unrolled so the regex engine never backtracks deeply.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-
-
 def partial_prefix(path: Path) -> str:
     """Prefix of the temporary names a video is written under until complete:
     `.world-0007_cam-back.partial` (+ `-<random>.mp4`, see `_fs.OutputDir.create_temp`)."""
@@ -99,13 +104,38 @@ def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[s
     return h.hexdigest()
 
 
-def json_depth(data: bytes) -> int:
-    """How deeply arrays and objects nest in the JSON text `data` (brackets inside strings do not
-    count); linear time, no recursion, so it can vet text before `json.loads` sees it."""
-    outside = np.frombuffer(_JSON_STRING.sub(b'""', data), np.uint8)
-    step = (np.isin(outside, (ord("["), ord("{"))).astype(np.int64)
-            - np.isin(outside, (ord("]"), ord("}"))).astype(np.int64))
-    return int(np.cumsum(step).max(initial=0))
+def user_key() -> bytes | None:
+    """This user's secret for authenticating resume records (64 hex characters), made on first use
+    as a 0600 file in the user's config directory; None if it cannot be made or read safely."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    path = Path(base) / "mjarchive" / "resume.key"
+    nofollow = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_hex(32).encode())
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | nofollow)
+        try:
+            st = os.fstat(fd)
+            private = stat.S_ISREG(st.st_mode) and not st.st_mode & 0o077
+            if not private or (hasattr(os, "geteuid") and st.st_uid != os.geteuid()):
+                return None
+            key = os.read(fd, 65)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return key if len(key) == 64 else None
+
+
+def ledger_mac(key: bytes, renders: Any) -> str:
+    """The HMAC-SHA256 (hex) of a ledger's `renders`, over their canonical JSON."""
+    return hmac.new(key, json.dumps(renders, sort_keys=True, separators=(",", ":")).encode(), "sha256").hexdigest()
 
 
 def _is_int(v: Any, low: int = 0, high: int = 2**63 - 1) -> bool:
@@ -137,9 +167,10 @@ def _clean_request(req: Any) -> dict[str, Any]:
     return out
 
 
-def parse_ledger(data: bytes) -> tuple[dict[str, Any], str | None]:
+def parse_ledger(data: bytes, key: bytes | None = None) -> tuple[dict[str, Any], str | None]:
     """(ledger, problem): the validated ledger read from `data`, or an empty one and a one-line
-    description of what was wrong. Malformed entries are dropped (and reported)."""
+    description of what was wrong. Malformed entries are dropped (and reported). With `key`, a
+    record whose HMAC does not verify is refused whole."""
     empty: dict[str, Any] = {"format": _FORMAT, "version": _VERSION, "renders": {}}
     if json_depth(data) > MAX_DEPTH:
         return empty, f"nested deeper than {MAX_DEPTH} levels"
@@ -154,6 +185,9 @@ def parse_ledger(data: bytes) -> tuple[dict[str, Any], str | None]:
     renders = raw.get("renders")
     if not isinstance(renders, dict):
         return empty, "'renders' is not an object"
+    if key is not None and not (isinstance(raw.get("mac"), str)
+                                and hmac.compare_digest(raw["mac"], ledger_mac(key, renders))):
+        return empty, "an authentication code that does not verify (it was not written by your mjarchive)"
     problem = None
     if len(renders) > _MAX_REQUESTS:
         problem = f"{len(renders)} requests (limit {_MAX_REQUESTS}); the oldest are dropped"
@@ -187,11 +221,17 @@ class RenderLedger:
         self.key = key
         self._request = _clean_request(request or {})
         self.dir.check_writable(LEDGER_NAME)  # a directory there: say so now, not after rendering
+        self._key = user_key()
+        if self._key is None:
+            self._note("resume is off: no private key could be kept in the config directory "
+                       "($XDG_CONFIG_HOME/mjarchive/resume.key); every video is rendered")
         self._data = self._load()
         self._written = float("-inf")
         self._dirty = False
 
     def _load(self) -> dict[str, Any]:
+        if self._key is None:
+            return parse_ledger(b"{}")[0]
         try:
             data = self.dir.read_regular(LEDGER_NAME, MAX_LEDGER_BYTES, mine=True)
         except MjArchiveError as exc:  # a link, FIFO, another user's file, too large
@@ -199,7 +239,7 @@ class RenderLedger:
         else:
             if data is None:  # no record yet
                 return parse_ledger(b"{}")[0]
-            ledger, problem = parse_ledger(data)
+            ledger, problem = parse_ledger(data, self._key)
             if problem is None:
                 return ledger
             problem = f"{str(self.path)!r} has {problem}"
@@ -258,6 +298,7 @@ class RenderLedger:
         current request's oldest outputs are dropped until it fits (so it can always be read back)."""
         renders = self._data["renders"]
         while True:
+            self._data["mac"] = ledger_mac(self._key, renders)
             text = json.dumps(self._data, separators=(",", ":")).encode()  # keeps oldest-first order
             if len(text) <= MAX_LEDGER_BYTES:
                 return text
@@ -270,4 +311,5 @@ class RenderLedger:
                 del outputs[name]
 
     def _write(self) -> None:
-        self.dir.write_bytes(LEDGER_NAME, self._serialize())
+        if self._key is not None:
+            self.dir.write_bytes(LEDGER_NAME, self._serialize())
