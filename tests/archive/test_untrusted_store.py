@@ -182,6 +182,19 @@ CASES = {
     "garbage_world_id": (lambda a, o: (a / "world_id" / "c" / "0").write_bytes(os.urandom(29)), ("verify",), "world_id"),
     "garbage_resume_chunk": (_inner("qpos", 2, _set_inner(0, os.urandom(60))), ("verify", "append"), "blosc"),
     "garbage_time_chunk": (lambda a, o: (a / "time" / "c" / "2").write_bytes(os.urandom(40)), ("open", "verify", "append"), "zstd"),
+    # chunking and metadata the manifest does not allow (found by an attacker pass and the fuzzer)
+    "time_chunk_bigger_than_declared": (lambda a, o: _edit_json(a / "time" / "zarr.json", lambda m: m["chunk_grid"][
+        "configuration"].__setitem__("chunk_shape", [2**20])), READS, "chunked"),
+    "qpos_inner_chunk_shape": (lambda a, o: _edit_json(a / "qpos" / "zarr.json", lambda m: m["codecs"][0][
+        "configuration"].__setitem__("chunk_shape", [CF, 1, 1])), READS, "chunked"),
+    "qpos_shard_worlds": (lambda a, o: _edit_json(a / "qpos" / "zarr.json", lambda m: m["chunk_grid"][
+        "configuration"].__setitem__("chunk_shape", [CF, 1, 2])), READS, "chunked"),
+    "world_id_chunk": (lambda a, o: _edit_json(a / "world_id" / "zarr.json", lambda m: m["chunk_grid"][
+        "configuration"].__setitem__("chunk_shape", [1])), ("open", "select", "verify"), "chunked"),  # append writes no world_id
+    "storage_transformer": (lambda a, o: _edit_json(a / "time" / "zarr.json", lambda m: m.__setitem__(
+        "storage_transformers", [{"name": "foo", "configuration": {}}])), READS, "transformer"),
+    "fill_value_list": (lambda a, o: _edit_json(a / "reset" / "zarr.json", lambda m: m.__setitem__("fill_value", [])),
+                        READS, "metadata"),
 }
 
 

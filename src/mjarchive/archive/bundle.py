@@ -16,7 +16,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BundleError, FormatError, LayoutMismatchError, UnsafeBundleError
+from .._errors import BundleError, FormatError, LayoutMismatchError, MjArchiveError, UnsafeBundleError
 from .compile_child import MAX_ARENA_BYTES, Refused, check_spec_files
 from .format import BUNDLE_GROUP, as_int, check_array
 
@@ -349,6 +349,10 @@ class ModelBundle:
             meta = group.attrs.asdict().get(_BUNDLE_ATTR)
         except KeyError:
             raise FormatError(f"the archive has no model bundle group {name!r}") from None
+        except MjArchiveError:
+            raise
+        except Exception as exc:  # zarr refuses malformed metadata with ValueError, TypeError, ...
+            raise FormatError(f"the model bundle group's metadata is unreadable: {exc}") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("assets"), list):
             raise FormatError("the model bundle's attributes are missing or malformed")
         if len(meta["assets"]) > MAX_ASSETS:
@@ -382,6 +386,12 @@ def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
         arr = group[key]
     except KeyError:
         raise FormatError(f"model bundle member {key!r} is missing") from None
+    except MjArchiveError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"the metadata of model bundle member {key!r} is unreadable: {exc}") from None
+    if not hasattr(arr, "dtype"):
+        raise FormatError(f"model bundle member {key!r} should be an array")
     check_array(arr, f"{BUNDLE_GROUP}/{key}", dtypes={"uint8"}, ndim=1)
     if arr.shape != (size,):
         raise FormatError(f"model bundle member {key!r} has shape {arr.shape}, declared size {size}")

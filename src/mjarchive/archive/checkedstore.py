@@ -28,7 +28,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from .._errors import FormatError
-from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth
+from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth
 
 __all__ = ["CheckedStore", "check_json_bytes"]
 
@@ -144,8 +144,8 @@ def _array_info(path: str, meta: dict) -> _ArrayInfo:
             if "sharding_indexed" in inner_names:
                 raise FormatError("nested sharding is not allowed")
             inner_bytes = int(np.prod(info.inner, dtype=object)) * itemsize
-            if inner_bytes > MAX_CHUNK_BYTES:
-                raise FormatError(f"inner chunks of {inner_bytes} bytes exceed {MAX_CHUNK_BYTES}")
+            if inner_bytes > MAX_DECODED_CHUNK_BYTES:
+                raise FormatError(f"inner chunks of {inner_bytes} bytes exceed {MAX_DECODED_CHUNK_BYTES}")
             info.chain = _chain(conf.get("codecs") or [], inner_bytes)
             index_names = [c if isinstance(c, str) else c.get("name") for c in conf.get("index_codecs") or []]
             if index_names not in (["bytes"], ["bytes", "crc32c"]):
@@ -161,8 +161,8 @@ def _array_info(path: str, meta: dict) -> _ArrayInfo:
             info.index_start = conf.get("index_location", "end") == "start"
         else:
             chunk_bytes = int(np.prod(chunks, dtype=object)) * itemsize
-            if chunk_bytes > MAX_CHUNK_BYTES:
-                raise FormatError(f"chunks of {chunk_bytes} bytes exceed {MAX_CHUNK_BYTES}")
+            if chunk_bytes > MAX_DECODED_CHUNK_BYTES:
+                raise FormatError(f"chunks of {chunk_bytes} bytes exceed {MAX_DECODED_CHUNK_BYTES}")
             info.chain = _chain(codecs, chunk_bytes)
     except FormatError as exc:
         info.error = str(exc)

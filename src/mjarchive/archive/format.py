@@ -26,7 +26,9 @@ TRACK_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64
 ALLOWED_CODECS = frozenset({"bytes", "blosc", "zstd", "gzip", "crc32c", "transpose", "sharding_indexed"})
 
 # Bounds checked before anything is allocated, so a tiny hostile chunk cannot expand to gigabytes.
-MAX_CHUNK_BYTES = 256 * 2**20
+MAX_CHUNK_BYTES = 256 * 2**20  # a shard (the unit written)
+#: A chunk or inner chunk (the unit decoded by every read, however small): readers hold a few at once.
+MAX_DECODED_CHUNK_BYTES = 64 * 2**20
 MAX_WORLDS = 1 << 20
 MAX_FRAMES = 1 << 40
 MAX_TRACK_ELEMENTS = 1 << 16  # per (frame, world)
@@ -108,8 +110,16 @@ def check_array(array: Any, path: str, *, dtypes: frozenset[str] | set[str], ndi
 
     Raises FormatError naming the array and the problem.
     """
-    meta = array.metadata.to_dict()
-    dtype = str(np.dtype(array.dtype))
+    try:
+        meta = array.metadata.to_dict()
+        dtype = str(np.dtype(array.dtype))
+        fill_ok = np.ndim(array.metadata.fill_value) == 0
+    except Exception as exc:  # zarr accepts some metadata it cannot use (e.g. a list as fill_value)
+        raise FormatError(f"array {path!r} has malformed metadata: {exc}") from None
+    if not fill_ok:
+        raise FormatError(f"array {path!r} has a fill_value that is not a scalar")
+    if meta.get("storage_transformers"):
+        raise FormatError(f"array {path!r} declares storage transformers, which the mjarchive spec refuses")
     if dtype not in dtypes:
         raise FormatError(f"array {path!r} has dtype {dtype}; the spec allows {sorted(dtypes)}")
     if len(array.shape) != ndim:
@@ -123,10 +133,10 @@ def check_array(array: Any, path: str, *, dtypes: frozenset[str] | set[str], ndi
     chunk_bytes = math.prod(array.chunks) * np.dtype(dtype).itemsize
     shard_shape = getattr(array, "shards", None) or array.chunks
     shard_bytes = math.prod(shard_shape) * np.dtype(dtype).itemsize
-    if max(chunk_bytes, shard_bytes) > MAX_CHUNK_BYTES:
+    if max(chunk_bytes, shard_bytes) > MAX_CHUNK_BYTES or chunk_bytes > MAX_DECODED_CHUNK_BYTES:
         raise FormatError(
-            f"array {path!r} declares chunks of {max(chunk_bytes, shard_bytes)} bytes, above the "
-            f"spec's limit of {MAX_CHUNK_BYTES}"
+            f"array {path!r} declares chunks of {chunk_bytes} bytes in shards of {shard_bytes}, above the "
+            f"spec's limits of {MAX_DECODED_CHUNK_BYTES} and {MAX_CHUNK_BYTES}"
         )
 
 

@@ -94,6 +94,38 @@ class Manifest:
     def cameras(self) -> tuple[str, ...]:
         return self.layout.cameras
 
+    def per_frame_arrays(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Each (frame, world, ...) array, in storage order: its shape after (frame, world) and dtype."""
+        lay = self.layout
+        out = {"qpos": ((lay.nq,), self.dtype), "reset": ((), "bool")}
+        if lay.nmocap:
+            out["mocap_pos"] = ((lay.nmocap, 3), self.dtype)
+            out["mocap_quat"] = ((lay.nmocap, 4), self.dtype)
+        out.update({name: (t.shape, t.dtype) for name, t in self.tracks.items()})
+        return out
+
+    def check_chunking(self, name: str, array: Any) -> None:
+        """Refuse a stored array whose chunk or shard shape is not the one the spec derives from this
+        manifest: `time` (C,), `world_id` (W,), per-frame arrays inner chunks (C, 1, *tail) in shards
+        (C, shard_worlds, *tail), zero-length axes with extent 1. A bigger chunk than declared would
+        make every small read decode far more than it asks for."""
+        cf = self.chunk_frames
+        if name == "time":
+            expected = ((cf,), None)
+        elif name == "world_id":
+            expected = ((len(self.world_ids),), None)
+        else:
+            tail = tuple(max(1, n) for n in self.per_frame_arrays()[name][0])
+            expected = ((cf, 1, *tail), (cf, self.shard_worlds, *tail))
+        shards = getattr(array, "shards", None)
+        found = (tuple(array.chunks), None if shards is None else tuple(shards))
+        if found != expected:
+            raise FormatError(
+                f"array {name!r} is chunked {found[0]} in shards {found[1]}; the manifest "
+                f"({cf} frames per chunk, {self.shard_worlds} worlds per shard) requires chunks {expected[0]} "
+                f"and shards {expected[1]}"
+            )
+
     def to_dict(self, n_frames: int, status: str) -> dict[str, Any]:
         return {
             "format": FORMAT_NAME,

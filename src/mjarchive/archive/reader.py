@@ -24,21 +24,6 @@ from .writer import open_writer
 
 __all__ = ["Archive", "Selection", "VerifyReport", "open"]
 
-def _expected_arrays(manifest: Manifest) -> dict[str, tuple[tuple[int, ...], frozenset[str] | set[str]]]:
-    """Per-frame trailing shape (after frame, world) and allowed dtypes of each stored array."""
-    lay = manifest.layout
-    out: dict[str, tuple[tuple[int, ...], Any]] = {
-        "qpos": ((lay.nq,), {manifest.dtype}),
-        "reset": ((), {"bool"}),
-    }
-    if lay.nmocap:
-        out["mocap_pos"] = ((lay.nmocap, 3), {manifest.dtype})
-        out["mocap_quat"] = ((lay.nmocap, 4), {manifest.dtype})
-    for name, t in manifest.tracks.items():
-        out[name] = (t.shape, {t.dtype})
-    return out
-
-
 class Archive:
     """A read-only view of an archive. Open with `mjarchive.open(path_or_url)`.
 
@@ -56,26 +41,22 @@ class Archive:
         manifest, n_frames, status = read_manifest(root)
         W = len(manifest.world_ids)
         arrays: dict[str, Any] = {}
-        for name, (tail, dtypes) in _expected_arrays(manifest).items():
+        for name, (tail, dtype) in manifest.per_frame_arrays().items():
             arr = _get_array(root, name)
-            check_array(arr, name, dtypes=dtypes, ndim=2 + len(tail))
+            check_array(arr, name, dtypes={dtype}, ndim=2 + len(tail))
             if tuple(arr.shape[1:]) != (W, *tail):
                 raise FormatError(f"array {name!r} has shape {arr.shape}; expected (frames, {W}, {', '.join(map(str, tail))})")
-            shard = getattr(arr, "shards", None) or arr.chunks
-            if arr.chunks[:2] != (manifest.chunk_frames, manifest.chunk_worlds) or shard[0] != manifest.chunk_frames:
-                raise FormatError(
-                    f"array {name!r} is chunked {arr.chunks} (shards {shard}); the manifest declares "
-                    f"{manifest.chunk_frames} frames × {manifest.chunk_worlds} world per chunk and no sharding "
-                    "along frames"
-                )
+            manifest.check_chunking(name, arr)
             arrays[name] = arr
         time = _get_array(root, "time")
         check_array(time, "time", dtypes={"float64"}, ndim=1)
+        manifest.check_chunking("time", time)
         arrays["time"] = time
         wid = _get_array(root, "world_id")
         check_array(wid, "world_id", dtypes={"int64"}, ndim=1)
         if wid.shape != (W,):
             raise FormatError(f"world_id has shape {wid.shape}, but the manifest lists {W} worlds")
+        manifest.check_chunking("world_id", wid)
         for name, arr in arrays.items():
             if arr.shape[0] < n_frames:
                 raise FormatError(

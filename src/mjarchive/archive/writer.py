@@ -17,9 +17,9 @@ import zarr.codecs
 from .bundle import ModelBundle, QposLayout
 from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
 from .format import (
-    BUNDLE_GROUP,
     FORMAT_VERSION,
     MAX_CHUNK_BYTES,
+    MAX_DECODED_CHUNK_BYTES,
     MAX_CHUNK_FRAMES,
     MAX_RATE,
     MAX_UNCOMMITTED_CHUNKS,
@@ -75,10 +75,7 @@ class _Arrays:
 
     def __init__(self, root: zarr.Group, manifest: Manifest):
         self.root = root
-        self.names = ["time", "qpos", "reset"]
-        if manifest.layout.nmocap:
-            self.names += ["mocap_pos", "mocap_quat"]
-        self.names += list(manifest.tracks)
+        self.names = ["time", *manifest.per_frame_arrays()]
         # Write every chunk, even one equal to the fill value, so that a missing chunk always means
         # damage (verify() checks for them) rather than "all zeros / no resets".
         self.arrays = {name: root[name].with_config({"write_empty_chunks": True}) for name in self.names}
@@ -99,15 +96,17 @@ class _Arrays:
                 a.resize((n, *a.shape[1:]))
 
 
-def _check_resumed_arrays(arrays: _Arrays, frame_shapes: dict, cf: int, n_frames: int) -> None:
+def _check_resumed_arrays(arrays: _Arrays, frame_shapes: dict, manifest: Manifest, n_frames: int) -> None:
     """Validate arrays reopened for appending as the reader does, before any chunk is read."""
+    cf = manifest.chunk_frames
     limit = -(-n_frames // cf) * cf + MAX_UNCOMMITTED_CHUNKS * cf
     for name, arr in arrays.arrays.items():
         shape, dtype = frame_shapes[name]
         check_array(arr, name, dtypes={str(dtype)}, ndim=1 + len(shape))
-        if tuple(arr.shape[1:]) != tuple(shape) or arr.chunks[0] != cf:
-            raise FormatError(f"array {name!r} has shape {arr.shape} and chunks {arr.chunks}; the manifest "
-                              f"declares (frames, {', '.join(map(str, shape))}) in chunks of {cf} frames")
+        if tuple(arr.shape[1:]) != tuple(shape):
+            raise FormatError(f"array {name!r} has shape {arr.shape}; the manifest declares "
+                              f"(frames, {', '.join(map(str, shape))})")
+        manifest.check_chunking(name, arr)
         if arr.shape[0] > limit:
             # Trimming it at close() would enumerate every declared chunk.
             raise FormatError(f"array {name!r} declares {arr.shape[0]} frames, far beyond the {n_frames} committed "
@@ -150,20 +149,12 @@ class ArchiveWriter:
         self._flush_requested = 0
         self._flush_done = 0
         W = len(manifest.world_ids)
-        nq, nm = manifest.layout.nq, manifest.layout.nmocap
-        self._frame_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "time": ((), np.dtype("float64")),
-            "qpos": ((W, nq), np.dtype(manifest.dtype)),
-            "reset": ((W,), np.dtype(bool)),
-        }
-        if nm:
-            self._frame_shapes["mocap_pos"] = ((W, nm, 3), np.dtype(manifest.dtype))
-            self._frame_shapes["mocap_quat"] = ((W, nm, 4), np.dtype(manifest.dtype))
-        for name, t in manifest.tracks.items():
-            self._frame_shapes[name] = ((W, *t.shape), np.dtype(t.dtype))
+        self._frame_shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {"time": ((), np.dtype("float64"))}
+        self._frame_shapes.update({name: ((W, *tail), np.dtype(dtype))
+                                   for name, (tail, dtype) in manifest.per_frame_arrays().items()})
         # The chunk being filled: committed frames of a partial last chunk are reloaded on resume.
         cf = manifest.chunk_frames
-        _check_resumed_arrays(self._arrays, self._frame_shapes, cf, n_frames)
+        _check_resumed_arrays(self._arrays, self._frame_shapes, manifest, n_frames)
         try:
             self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
         except MemoryError:
@@ -485,10 +476,11 @@ def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, dtype: str, layout: 
     tails.update({n: (math.prod(t.shape), np.dtype(t.dtype).itemsize) for n, t in tracks.items()})
     name, (values, itemsize) = max(tails.items(), key=lambda kv: kv[1][0] * kv[1][1])
     per_world = chunk_frames * values * itemsize
-    if per_world > MAX_CHUNK_BYTES:
+    if per_world > MAX_DECODED_CHUNK_BYTES:
         raise MjArchiveError(
             f"one world's chunk of {name!r} would be {per_world} bytes, above the spec's limit of "
-            f"{MAX_CHUNK_BYTES}; use a smaller chunk_frames"
+            f"{MAX_DECODED_CHUNK_BYTES}; use a smaller chunk_frames "
+            f"(at most {max(1, MAX_DECODED_CHUNK_BYTES // (values * itemsize))})"
         )
     return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world))
 
@@ -519,9 +511,7 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
             f"this archive is format {manifest.format_version}; this mjarchive writes {FORMAT_VERSION} and "
             "cannot append to it without losing metadata; upgrade mjarchive to append"
         )
-    if BUNDLE_GROUP not in root:
-        raise FormatError("the archive has no model bundle")
-    # New frames must not be committed on top of a damaged or swapped model.
+    # New frames must not be committed on top of a missing, damaged or swapped model.
     if ModelBundle.from_zarr(root).sha256 != manifest.model_sha256:
         raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256; "
                           "refusing to append to a damaged archive (mjarchive verify says more)")
