@@ -48,3 +48,13 @@ def mug_xml(test_data) -> Path:
 @pytest.fixture(params=["humanoid", "aloha", "mug"])
 def real_model_xml(request, humanoid_xml, aloha_xml, mug_xml) -> Path:
     return {"humanoid": humanoid_xml, "aloha": aloha_xml, "mug": mug_xml}[request.param]
+
+
+# Modules whose tests load multithreaded array runtimes (JAX, torch) into the test process; they run
+# last, so no later test forks a process (render workers, the hostile-input harness) while those
+# runtimes' threads may hold locks.
+RUN_LAST = ("test_recorder_arrays.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: item.path.name in RUN_LAST)  # stable: the order is kept otherwise

@@ -58,3 +58,50 @@ def test_bench_format_quick_prints_metrics(tmp_path):
     assert float(metrics["lossy.max_abs_error"]) <= float(metrics["lossy.recorded_bound"])
     assert metrics["target.lossy_error_within_precision"] == "PASS"
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+ARRAYS_BENCH = BENCH.parent / "bench_arrays.py"
+
+ARRAYS_EXPECTED = {
+    "jax": ["record_us_best", "record_us_median", "record_call_us_p50", "skip_call_us_best", "flush_ms",
+            "take_asarray_us_best", "jit_asarray_us_best", "record_vs_take_asarray_best",
+            "record_vs_jit_asarray_best", "bytes_copied_per_frame"],
+    "torch": ["record_us_best", "record_us_median", "record_call_us_p50", "skip_call_us_best", "flush_ms",
+              "index_select_cpu_us_best", "record_vs_index_select_cpu_best", "bytes_copied_per_frame"],
+}
+
+
+def test_bench_arrays_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_arrays.py --quick runs for each installed library (and prints why it skips
+    the others), its archive holds the input rows, and only the selected rows are copied."""
+    import importlib.util
+
+    import pytest
+
+    proc = subprocess.run(
+        [sys.executable, str(ARRAYS_BENCH), "--quick", "--tmp", str(tmp_path)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    metrics = {}
+    for line in proc.stdout.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep:
+            metrics[name] = value
+    measured = []
+    for lib, names in ARRAYS_EXPECTED.items():
+        if importlib.util.find_spec(lib) is None:
+            assert f"{lib}.skipped" in metrics, f"no skip reason for {lib}:\n{proc.stdout[-3000:]}"
+            continue
+        measured.append(lib)
+        assert metrics[f"check.{lib}.archive_equals_input_rows"] == "True"
+        assert metrics[f"{lib}.bytes_copied_exact"] == "True"
+        for name in names:
+            assert f"{lib}.{name}" in metrics, f"{lib}.{name} missing from the output:\n{proc.stdout[-3000:]}"
+            value = float(metrics[f"{lib}.{name}"])
+            assert math.isfinite(value) and value > 0, (lib, name, value)
+        # 16 selected worlds x (nq=28 + nv=27) float32 values per frame, nothing else.
+        assert float(metrics[f"{lib}.bytes_copied_per_frame"]) == 16 * (28 + 27) * 4
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+    if not measured:
+        pytest.skip("neither jax nor torch is installed; the benchmark printed both skip reasons")

@@ -275,3 +275,45 @@ def test_last_shard_may_omit_inner_chunks_outside_the_worlds(pristine):
     with mjarchive.open(pristine) as a:
         assert a.verify().ok
         np.testing.assert_allclose(a.select(worlds=[2]).qpos[:, 0, 0], 0.01 * np.arange(T), rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["get", "get_partial_values", "get_ranges", "_get_many", "get_sync",
+                                    "get_ranges_sync"])
+def test_every_read_method_of_the_checked_store_checks(pristine, tmp_path, method):
+    """zarr 3.4 reads shards through get_ranges (and, with its fused pipeline, get_sync); a wrapper
+    store forwards those past any check it makes in get(). Every read method must check."""
+    from zarr.abc.store import RangeByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from mjarchive.archive.checkedstore import CheckedStore
+    from mjarchive.archive.safestore import SafeLocalStore
+
+    archive = _copy(pristine, tmp_path / "a.mjarchive")
+    shard = archive / "qpos" / "c" / "0" / "0" / "0"
+    bomb = _blosc_claiming(2**32 - 1)
+    _write_shard(shard, [bomb, _read_shard(shard)[1]])
+    store = CheckedStore(SafeLocalStore(archive, read_only=True))
+    assert store._supports_sync_io is False  # zarr then never picks its synchronous paths
+    proto = default_buffer_prototype()
+    for key in ("zarr.json", "qpos/zarr.json"):  # the checks know an array from its metadata
+        sync(store.get(key, proto))
+    key, rng = "qpos/c/0/0/0", RangeByteRequest(0, len(bomb))
+
+    async def read():
+        if method == "get":
+            return await store.get(key, proto, rng)
+        if method == "get_partial_values":
+            return await store.get_partial_values(proto, [(key, rng)])
+        if method == "get_ranges":
+            return [g async for g in store.get_ranges(key, [rng], prototype=proto)]
+        if method == "_get_many":
+            return [r async for r in store._get_many([(key, proto, rng)])]
+
+    with pytest.raises(mjarchive.FormatError, match="blosc"):
+        if method == "get_sync":
+            store.get_sync(key, prototype=proto, byte_range=rng)
+        elif method == "get_ranges_sync":
+            store.get_ranges_sync(key, [rng], prototype=proto)
+        else:
+            sync(read())

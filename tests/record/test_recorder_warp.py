@@ -53,7 +53,7 @@ def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gat
                 steps.append(n)
             mjw.step(m, d)
         rec.close()
-    assert (rec._warp._numpy_views is not None) == (gather == "numpy")
+    assert (rec._gatherer._numpy_views is not None) == (gather == "numpy")
     assert steps == expected_steps(30, 1.0, mjm.opt.timestep, 240)
     # Only the selected worlds' state ever crosses to the host.
     assert rec.bytes_copied == len(steps) * 2 * (mjm.nq + mjm.nv) * 4

@@ -27,9 +27,7 @@ import google_crc32c
 import numcodecs
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.core.buffer import default_buffer_prototype
-from zarr.core.chunk_grids import RegularChunkGrid
 from zarr.core.sync import sync
 
 __all__ = ["ShardWriter", "enabled"]
@@ -75,14 +73,27 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+def _endian(codec: dict) -> str | None:
+    return (codec.get("configuration") or {}).get("endian")
+
+
+def _regular_chunk_shape(meta: Any) -> tuple[int, ...] | None:
+    """The shard shape of a regular chunk grid, None for any other grid. Read from the metadata's
+    JSON form, which is the same in every zarr version (zarr 3.4 renamed the grid classes)."""
+    grid = meta.chunk_grid.to_dict()
+    if grid.get("name") != "regular":
+        return None
+    return tuple(int(n) for n in grid["configuration"]["chunk_shape"])
+
+
 class ShardWriter:
     """Encodes and stores whole shards of one sharded array; `for_array` returns None if unsupported."""
 
     def __init__(self, array: zarr.Array, split_axis: int, compressor: Any, dtype: np.dtype):
         self.array = array
         meta = array.metadata
-        self.shard_shape: tuple[int, ...] = tuple(meta.chunk_grid.chunk_shape)
-        self.chunk_shape: tuple[int, ...] = tuple(meta.codecs[0].chunk_shape)
+        self.shard_shape: tuple[int, ...] = _regular_chunk_shape(meta)
+        self.chunk_shape: tuple[int, ...] = tuple(int(n) for n in meta.codecs[0].to_dict()["configuration"]["chunk_shape"])
         self.chunks_per_shard = tuple(s // c for s, c in zip(self.shard_shape, self.chunk_shape))
         self.split_axis = split_axis
         self.compressor = compressor
@@ -91,42 +102,47 @@ class ShardWriter:
 
     @classmethod
     def for_array(cls, array: zarr.Array) -> ShardWriter | None:
-        """A writer for `array` if its layout is one this module reproduces exactly, else None."""
+        """A writer for `array` if its layout is one this module reproduces exactly, else None.
+
+        The layout is judged from the metadata's JSON form (`to_dict()`), which is the format itself
+        and so the same in every zarr version; zarr's codec classes and enums change between them."""
         meta = array.metadata
-        if getattr(meta, "zarr_format", None) != 3 or not isinstance(meta.chunk_grid, RegularChunkGrid):
+        if getattr(meta, "zarr_format", None) != 3 or _regular_chunk_shape(meta) is None:
             return None
-        if len(meta.codecs) != 1 or not isinstance(meta.codecs[0], ShardingCodec):
+        codecs = [c.to_dict() for c in meta.codecs]
+        if len(codecs) != 1 or codecs[0].get("name") != "sharding_indexed" or not array.config.write_empty_chunks:
             return None
-        sharding: ShardingCodec = meta.codecs[0]
-        if sharding.index_location.value != "end" or not array.config.write_empty_chunks:
+        sharding = codecs[0].get("configuration", {})
+        if sharding.get("index_location", "end") != "end":
             return None
-        index_codecs = sharding.index_codecs
-        if (len(index_codecs) != 2 or not isinstance(index_codecs[0], BytesCodec)
-                or getattr(index_codecs[0].endian, "value", None) != "little"
-                or not isinstance(index_codecs[1], Crc32cCodec)):
+        index_codecs = sharding.get("index_codecs", [])
+        if ([c.get("name") for c in index_codecs] != ["bytes", "crc32c"]
+                or _endian(index_codecs[0]) != "little"):
             return None
         dtype = np.dtype(array.dtype)
         if dtype.kind not in "biuf" or not dtype.isnative:
             return None
-        codecs = sharding.codecs
-        if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+        inner = sharding.get("codecs", [])
+        if not inner or inner[0].get("name") != "bytes" or len(inner) > 2:
             return None
         if dtype.itemsize > 1:
-            if getattr(codecs[0].endian, "value", None) != "little":
+            if _endian(inner[0]) != "little":
                 return None
             dtype = dtype.newbyteorder("<")
         compressor = None
-        if len(codecs) == 2:
-            blosc = codecs[1]
-            if not isinstance(blosc, BloscCodec):
+        if len(inner) == 2:
+            if inner[1].get("name") != "blosc":
                 return None
-            config = {"cname": blosc.cname.value, "clevel": blosc.clevel, "shuffle": _SHUFFLE[blosc.shuffle.value],
-                      "blocksize": blosc.blocksize}
+            blosc = inner[1].get("configuration", {})
+            if blosc.get("shuffle") not in _SHUFFLE:
+                return None
+            config = {"cname": blosc["cname"], "clevel": blosc["clevel"], "shuffle": _SHUFFLE[blosc["shuffle"]],
+                      "blocksize": blosc.get("blocksize", 0)}
             # As zarr-python builds it: numcodecs < 0.16 takes no typesize (then the byte view's 1 is used).
             if _NUMCODECS_TYPESIZE:
-                config["typesize"] = blosc.typesize
+                config["typesize"] = blosc.get("typesize", dtype.itemsize)
             compressor = numcodecs.Blosc.from_config(config)
-        shard_shape, chunk_shape = tuple(meta.chunk_grid.chunk_shape), tuple(sharding.chunk_shape)
+        shard_shape, chunk_shape = _regular_chunk_shape(meta), tuple(int(n) for n in sharding["chunk_shape"])
         if len(shard_shape) != len(chunk_shape) or any(s % c for s, c in zip(shard_shape, chunk_shape)):
             return None
         per_shard = [s // c for s, c in zip(shard_shape, chunk_shape)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import os
@@ -252,6 +253,15 @@ class ArchiveWriter:
             self._pending_bytes += nbytes
             self._n_appended += k
             self._cond.notify_all()
+
+    def set_backend(self, backend: str) -> None:
+        """Name the simulation backend in the manifest (`producer.backend`) before the first frame."""
+        self._check_usable()
+        with self._cond:
+            if self._n_appended:
+                raise AppendError("the producer backend can only be set before the first frame is appended")
+            self.manifest = dataclasses.replace(self.manifest, producer={**self.manifest.producer, "backend": backend})
+            self._commit(0, "live")
 
     def flush(self) -> None:
         """Block until every appended frame is written and committed."""

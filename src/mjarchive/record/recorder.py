@@ -23,15 +23,17 @@ from a host-side step counter for an exact grid (this also avoids the per-call d
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 import mujoco
 import numpy as np
 
-from .._errors import AppendError, ClosedError, MjArchiveError
+from .._errors import AppendError, ClosedError, FormatError, MjArchiveError
+from ..archive.manifest import TrackSpec
 from ..archive.writer import ArchiveWriter, as_bundle, create
+from .arrays import ArrayGatherer, is_mjx_data, library_of
 
 __all__ = ["Recorder"]
 
@@ -87,12 +89,15 @@ class Recorder:
     by default its world IDs, and `close()` flushes the writer without closing it). `model` is what
     `mjarchive.create` accepts. `worlds` are indices into the simulated batch (default: all); they
     are stored as the archive's world IDs. `tracks` names further Data fields to keep (e.g.
-    `("qvel", "ctrl", "sensordata")`); their per-world shapes come from the model. Further keyword
-    arguments go to `mjarchive.create` (chunk_frames, precision, overwrite, ...).
+    `("qvel", "ctrl", "sensordata")`); their per-world shapes come from the model. A mapping also
+    declares tracks that are no Data field, recorded from arrays: `{"qvel": None, "reward": ()}`
+    (None: the Data field's shape; else a shape or `(shape, dtype)`). Further keyword arguments go
+    to `mjarchive.create` (chunk_frames, precision, overwrite, backend, ...).
 
-    Warp options: `block_frames` frames are gathered on the device per ring buffer and handed to the
-    writer together, `ring_buffers` such buffers exist (pinned host memory on CUDA), so host memory
-    for in-flight frames is `ring_buffers * block_frames * len(worlds) * row_bytes`.
+    Device options (Warp Data and arrays): `block_frames` frames are gathered on the device per ring
+    buffer and handed to the writer together, `ring_buffers` such buffers exist (pinned host memory
+    on CUDA), so host memory for in-flight frames is `ring_buffers * block_frames * len(worlds) *
+    row_bytes`.
 
     Example::
 
@@ -103,19 +108,23 @@ class Recorder:
     """
 
     def __init__(self, path_or_writer: Any, model: Any = None, *, worlds: Any = None, n_worlds: int | None = None,
-                 output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] = (),
+                 output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] | Mapping = (),
                  dtype: str = "float32", block_frames: int = 16, ring_buffers: int = 3, **create_kwargs: Any):
         if isinstance(tracks, str):
             tracks = (tracks,)
         self._tracks = tuple(tracks)
+        self._track_args = dict(tracks) if isinstance(tracks, Mapping) else dict.fromkeys(tracks)
         self._worlds_arg = None if worlds is None else _as_indices(worlds)
         self._block_frames = max(1, int(block_frames))
         self._ring_buffers = max(2, int(ring_buffers))
         self._closed = False
-        self._warp: Any = None  # the Warp gatherer, created on the first Warp call
+        self._gatherer: Any = None  # device-side gatherer (Warp Data or arrays), created on the first call
+        self._gatherer_fields: set[str] | None = None
+        self._shapes: dict[str, tuple[int, ...]] | None = None
         self._nworld: int | None = None
         self._reset_acc: np.ndarray | None = None
         self.frames_recorded = 0
+        self._backend_unknown = False
         if isinstance(path_or_writer, ArchiveWriter):
             self._writer: ArchiveWriter | None = path_or_writer
             self._owns_writer = False
@@ -141,13 +150,15 @@ class Recorder:
             self._bundle = as_bundle(model)
             mj_model = self._bundle.compile()
             self._nq, self._nmocap = mj_model.nq, mj_model.nmocap
-            self._track_shapes = _track_shapes(mj_model, self._tracks)
+            self._track_specs = _track_specs(mj_model, self._track_args, dtype)
+            self._track_shapes = {t: spec.shape for t, spec in self._track_specs.items()}
             timestep = create_kwargs.pop("timestep", None) or mj_model.opt.timestep
             self._create_kwargs = dict(create_kwargs, output_fps=output_fps, playback_speed=playback_speed,
                                        dtype=dtype, timestep=timestep)
             self._cadence = _Cadence(output_fps, playback_speed, timestep)
             if n_worlds is not None:
                 self._create(int(n_worlds), "unknown")
+                self._backend_unknown = self._backend is None
 
     # -- public API ------------------------------------------------------------------------------
     @property
@@ -167,21 +178,29 @@ class Recorder:
 
     @property
     def bytes_copied(self) -> int:
-        """Warp path: state bytes copied device→host so far (0 on the CPU path)."""
-        return 0 if self._warp is None else self._warp.bytes_copied
+        """Warp and array paths: state bytes gathered and copied to the host so far (0 for MjData)."""
+        return 0 if self._gatherer is None else self._gatherer.bytes_copied
 
-    def record(self, data: Any, *, reset: Any = None, time: float | None = None) -> bool:
+    def record(self, data: Any = None, *, reset: Any = None, time: Any = None, **arrays: Any) -> bool:
         """Record a frame if the next render time point is reached; returns whether it recorded.
 
-        `data`: an MjData (one world), a sequence of MjData (one per world), or a mujoco_warp Data
-        (`nworld` worlds). `reset`: boolean mask over all worlds, shape (nworld,), NumPy or Warp;
+        `data`: an MjData (one world), a sequence of MjData (one per world), a mujoco_warp Data or an
+        MJX Data batched over worlds (`jax.vmap`); or no `data` and the arrays themselves:
+        `record(qpos=..., mocap_pos=..., mocap_quat=..., time=..., **tracks)`, each of shape
+        (nworld, ...), as NumPy, JAX, torch (CPU or CUDA), CuPy or Warp arrays (one library per
+        Recorder). The selected worlds are gathered on the arrays' device with their own library
+        and only those rows are copied to the host (see `mjarchive.record.arrays`).
+
+        `reset`: boolean mask over all worlds, shape (nworld,), NumPy or of the data's library;
         True marks worlds reset since the previous call (masks of calls that record nothing are
-        accumulated). `time`: the batch's simulation time in seconds; default: world 0's
-        `data.time` (on Warp, reading it costs one 4-byte device→host copy per call; pass `time`
-        from a host-side step counter to avoid that synchronization).
+        accumulated). `time`: the batch's simulation time in seconds, required with arrays; default:
+        world 0's `data.time` (on a device, reading it costs one small device→host copy per call;
+        pass `time` from a host-side step counter to avoid that synchronization).
         """
         if self._closed:
             raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
+        if arrays or data is None or is_mjx_data(data):
+            return self._record_arrays(data, arrays, reset, time)
         if _is_warp_data(data):
             return self._record_warp(data, reset, time)
         if isinstance(data, mujoco.MjData):
@@ -189,8 +208,9 @@ class Recorder:
         elif isinstance(data, Sequence) and data and all(isinstance(d, mujoco.MjData) for d in data):
             batch = data
         else:
-            raise AppendError(f"record() takes an MjData, a non-empty sequence of MjData or a mujoco_warp Data, "
-                              f"got {type(data).__name__}")
+            hint = " (pass arrays by name: record(qpos=..., time=...))" if library_of(data) else ""
+            raise AppendError(f"record() takes an MjData, a non-empty sequence of MjData, a mujoco_warp Data, "
+                              f"an MJX Data or named arrays, got {type(data).__name__}{hint}")
         self._start(len(batch), "mujoco")
         self._accumulate_reset(reset)
         t = batch[0].time if time is None else time
@@ -202,6 +222,9 @@ class Recorder:
             fields["mocap_pos"] = np.stack([d.mocap_pos for d in sel])
             fields["mocap_quat"] = np.stack([d.mocap_quat for d in sel])
         for name, shape in self._track_shapes.items():
+            if not hasattr(sel[0], name):
+                raise AppendError(f"track {name!r} is not an MjData field; record it with the arrays: "
+                                  f"record(qpos=..., {name}=..., time=...)")
             fields[name] = np.stack([np.reshape(getattr(d, name), shape) for d in sel])
         reset_sel = self._reset_acc[self._sel]
         self._reset_acc[:] = False
@@ -213,8 +236,8 @@ class Recorder:
         """Hand every recorded frame to the writer and commit it."""
         if self._closed:
             raise ClosedError("this Recorder is closed")
-        if self._warp is not None:
-            self._warp.drain_all()
+        if self._gatherer is not None:
+            self._gatherer.drain_all()
         if self._writer is not None:
             self._writer.flush()
 
@@ -223,8 +246,8 @@ class Recorder:
         if self._closed:
             return
         try:
-            if self._warp is not None:
-                self._warp.drain_all()
+            if self._gatherer is not None:
+                self._gatherer.drain_all()
         finally:
             self._closed = True
             if self._writer is not None:
@@ -254,6 +277,9 @@ class Recorder:
                 self._create(nworld, backend)
             else:
                 self._init_selection(nworld)
+        if self._backend_unknown:  # created at construction (n_worlds=...) before any data was seen
+            self._backend_unknown = False
+            self._writer.set_backend(backend)
         elif nworld != self._nworld:
             raise AppendError(f"record() got {nworld} worlds, but earlier calls had {self._nworld}")
 
@@ -264,13 +290,15 @@ class Recorder:
         self._sel = sel
         self._nworld = nworld
         self._reset_acc = np.zeros(nworld, bool)
+        self._reset_pending = False
+        self._no_reset = np.zeros(len(sel), bool)
 
     def _create(self, nworld: int, backend: str) -> None:
         self._init_selection(nworld)
         dtype = self._create_kwargs["dtype"]
         self._writer = create(self._location, self._bundle, world_ids=self._sel.tolist(),
                               backend=self._backend or backend,
-                              tracks={t: (s, dtype) for t, s in self._track_shapes.items()}, **self._create_kwargs)
+                              tracks=self._track_specs, **self._create_kwargs)
 
     def _accumulate_reset(self, reset: Any) -> None:
         if reset is None:
@@ -280,31 +308,129 @@ class Recorder:
             raise AppendError(f"reset must be a boolean mask over all {self._nworld} worlds, shape "
                               f"({self._nworld},); got shape {mask.shape} dtype {mask.dtype}")
         self._reset_acc |= mask.astype(bool)
+        self._reset_pending = True
 
-    def _record_warp(self, data: Any, reset: Any, time: float | None) -> bool:
-        self._start(int(data.nworld), "mujoco_warp")
-        if self._warp is None:
+    def _record_warp(self, data: Any, reset: Any, time: Any, backend: str = "mujoco_warp") -> bool:
+        self._start(int(data.nworld), backend)
+        if self._gatherer is None:
             from .warp import WarpGatherer
 
-            self._warp = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
-                                      tracks=self._track_shapes, block_frames=self._block_frames,
-                                      ring_buffers=self._ring_buffers, sink=self._append_block)
+            self._gatherer = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
+                                          tracks=self._track_shapes, block_frames=self._block_frames,
+                                          ring_buffers=self._ring_buffers, sink=self._append_block)
         if reset is not None:
-            if type(reset).__module__.startswith("warp"):
-                self._warp.accumulate_reset(reset)
+            if library_of(reset) == "warp":
+                self._gatherer.accumulate_reset(reset)
             else:
                 self._accumulate_reset(reset)
-        t = self._warp.read_time(data) if time is None else time
-        if not self._cadence.advance(float(t)):
+        t = self._gatherer.read_time(data) if time is None else _scalar_time(time)
+        return self._gather_if_due(data, t)
+
+    def _record_arrays(self, data: Any, arrays: dict[str, Any], reset: Any, time: Any) -> bool:
+        """Named per-world arrays (or an MJX Data's fields): gathered on their device by their library."""
+        backend = None
+        if data is not None:
+            if not is_mjx_data(data) or arrays:
+                raise AppendError("pass either a Data object or named arrays (record(qpos=..., time=...)), not both")
+            arrays = {name: getattr(data, name) for name in self._field_shapes() if hasattr(data, name)}
+            time = data.time if time is None else time
+            backend = "mjx"
+        arrays = self._ordered_fields(arrays)
+        if time is None:
+            raise AppendError("pass time=... (the batch's simulation time in seconds, e.g. steps * timestep): "
+                              "arrays carry no clock")
+        gatherer = self._gatherer
+        if gatherer is None or not isinstance(gatherer, ArrayGatherer):
+            library = library_of(arrays["qpos"])
+            if library is None:
+                raise AppendError(f"qpos is a {type(arrays['qpos']).__module__}.{type(arrays['qpos']).__name__}; "
+                                  "record() takes NumPy, JAX, torch, CuPy or Warp arrays")
+            if library == "warp":  # Warp arrays go through the mujoco_warp gatherer (kernels, pinned ring)
+                return self._record_warp(_WarpFields(arrays), reset, time, backend or "warp")
+            if gatherer is not None:  # a Warp gatherer: _start names the mismatch
+                self._start(self._nworld, backend or library)
+            self._start(self._check_first_shapes(arrays), backend or library)
+            gatherer = self._gatherer = ArrayGatherer(
+                library, arrays, self._sel, block_frames=self._block_frames, ring_buffers=self._ring_buffers,
+                sink=self._append_block)
+            self._gatherer_fields = set(arrays)
+        elif (backend or gatherer.library) != self._kind:
+            self._start(self._nworld, backend or gatherer.library)  # raises: one kind of data per Recorder
+        gatherer.check(arrays)
+        if reset is not None:
+            if gatherer.library != "numpy" and library_of(reset) == gatherer.library:
+                gatherer.accumulate_reset(reset)
+            else:
+                self._accumulate_reset(reset)
+        return self._gather_if_due(arrays, _scalar_time(time))
+
+    def _gather_if_due(self, source: Any, t: float) -> bool:
+        if not self._cadence.advance(t):
             return False
-        host_reset = self._reset_acc[self._sel].copy()
-        self._reset_acc[:] = False
-        self._warp.gather(data, self._cadence.time, host_reset)
+        if self._reset_pending:
+            host_reset = self._reset_acc[self._sel]
+            self._reset_acc[:] = False
+            self._reset_pending = False
+        else:
+            host_reset = self._no_reset
+        self._gatherer.gather(source, self._cadence.time, host_reset)
         self.frames_recorded += 1
         return True
 
+    def _field_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every field a frame needs and its per-world shape, in storage order."""
+        if self._shapes is None:
+            self._shapes = {"qpos": (self._nq,)}
+            if self._nmocap:
+                self._shapes.update(mocap_pos=(self._nmocap, 3), mocap_quat=(self._nmocap, 4))
+            self._shapes.update(self._track_shapes)
+        return self._shapes
+
+    def _ordered_fields(self, arrays: dict[str, Any]) -> dict[str, Any]:
+        if arrays.keys() == self._gatherer_fields:
+            return arrays  # the gatherer checks types, shapes and dtypes
+        shapes = self._field_shapes()
+        unknown = sorted(arrays.keys() - shapes.keys())
+        if unknown:
+            raise AppendError(f"unknown fields {unknown}: record() takes {sorted(shapes)} (declare tracks when "
+                              "creating the Recorder: tracks=(...))")
+        missing = [name for name in shapes if arrays.get(name) is None]
+        if missing:
+            raise AppendError(f"record() needs {missing} for every frame, each of shape (nworld, ...); "
+                              f"per-world shapes: { {n: shapes[n] for n in missing} }")
+        return {name: arrays[name] for name in shapes}
+
+    def _check_first_shapes(self, arrays: dict[str, Any]) -> int:
+        nworld = int(arrays["qpos"].shape[0]) if len(arrays["qpos"].shape) else 0
+        for name, shape in self._field_shapes().items():
+            got = tuple(arrays[name].shape)
+            if got != (nworld, *shape):
+                raise AppendError(f"{name} has shape {got}; expected (nworld, {', '.join(map(str, shape))}) "
+                                  f"= {(nworld, *shape)} for this model")
+        if nworld < 1:
+            raise AppendError("qpos has no worlds (its leading dimension is 0)")
+        return nworld
+
     def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
         self._writer.append(times, reset=reset, **fields)
+
+
+class _WarpFields:
+    """Named Warp arrays seen as the mujoco_warp Data the Warp gatherer reads."""
+
+    def __init__(self, arrays: dict[str, Any]):
+        self.__dict__.update(arrays)
+        self.nworld = int(arrays["qpos"].shape[0])
+
+
+def _scalar_time(time: Any) -> float:
+    """The batch time: a number, or world 0's entry of a per-world time array of any library."""
+    if getattr(time, "ndim", 0):
+        time = time[0]
+    try:
+        return float(time)
+    except (TypeError, ValueError):
+        raise AppendError(f"time must be a number of seconds (or a per-world array), got {type(time).__name__}") from None
 
 
 def _as_indices(worlds: Any) -> np.ndarray:
@@ -314,17 +440,26 @@ def _as_indices(worlds: Any) -> np.ndarray:
     return sel.astype(np.int64)
 
 
-def _track_shapes(model: mujoco.MjModel, tracks: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """Per-world shape of each named MjData field, e.g. qvel → (nv,), xpos → (nbody, 3)."""
+def _track_specs(model: mujoco.MjModel, tracks: dict[str, Any], dtype: str) -> dict[str, TrackSpec]:
+    """Each track's TrackSpec: given explicitly (a shape, or (shape, dtype)), else the per-world shape
+    of the MjData field of that name (qvel → (nv,), xpos → (nbody, 3)) in the recorder's dtype."""
     data = mujoco.MjData(model)
-    shapes = {}
-    for name in tracks:
-        if name in ("qpos", "mocap_pos", "mocap_quat", "time") or not hasattr(data, name):
-            raise MjArchiveError(f"track {name!r} is not an MjData array field that can be recorded as a track "
-                                 "(qpos and mocap are always recorded); try e.g. 'qvel', 'ctrl', 'act', 'sensordata'")
+    specs = {}
+    for name, spec in tracks.items():
+        if name in ("qpos", "mocap_pos", "mocap_quat", "time", "reset"):
+            raise MjArchiveError(f"{name!r} cannot be a track: qpos, mocap, time and reset are always recorded")
+        if spec is not None:
+            try:
+                specs[name] = TrackSpec.parse(spec)
+            except (FormatError, TypeError, ValueError) as exc:
+                raise MjArchiveError(f"track {name!r}: {exc}; give a shape such as () or (3,), or (shape, dtype)") from None
+            continue
+        if not hasattr(data, name):
+            raise MjArchiveError(f"track {name!r} is not an MjData array field that can be recorded as a track; try "
+                                 "e.g. 'qvel', 'ctrl', 'act', 'sensordata', or give its shape: tracks={'reward': ()}")
         value = getattr(data, name)
         if not isinstance(value, np.ndarray) or value.size == 0:
             raise MjArchiveError(f"track {name!r} is empty or not an array for this model (size 0); "
                                  "drop it from tracks")
-        shapes[name] = tuple(value.shape)
-    return shapes
+        specs[name] = TrackSpec(tuple(value.shape), dtype)
+    return specs

@@ -117,7 +117,8 @@ class WarpGatherer:
         self._launches: list[list[Any]] = []
         self._host_np = [h.numpy() for h in self._host]
         self._host_reset_np = [h.numpy() for h in self._host_reset]
-        self._time_host = wp.zeros(1, dtype=data.time.dtype, **host)
+        self._time_host: Any = None
+        self._host_kwargs = host
         self._ring = ring_buffers
         self._slot = 0
         self._fill = 0
@@ -130,6 +131,8 @@ class WarpGatherer:
     # -- per call --------------------------------------------------------------------------------
     def read_time(self, data: Any) -> float:
         """World 0's time: one scalar device→host copy (a synchronization point on CUDA)."""
+        if self._time_host is None:
+            self._time_host = wp.zeros(1, dtype=data.time.dtype, **self._host_kwargs)
         wp.copy(self._time_host, data.time, count=1, stream=self._stream)
         if self._stream is not None:
             wp.synchronize_stream(self._stream)

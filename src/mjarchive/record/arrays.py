@@ -1,0 +1,345 @@
+"""Recording from per-world arrays of any library: NumPy, JAX (and MJX ``Data``), torch, CuPy.
+
+`Recorder.record(qpos=..., mocap_pos=..., **tracks)` hands arrays with a leading world dimension
+here. The selected worlds are gathered **on the array's own device, with the array's own library**,
+into a ring of blocks of ``block_frames`` frames, so only ``frames × selected worlds × row`` values
+ever cross to the host:
+
+* NumPy and torch on the CPU gather straight into the host block (``np.take``/``index_select``
+  with ``out=``): one copy of the selected rows, nothing else.
+* torch on CUDA and CuPy gather into a device block; when it fills, one asynchronous copy per field
+  moves it into pinned host memory and an event marks its completion.
+* JAX arrays on an accelerator are immutable: one jitted gather per frame returns the selected rows
+  of every field, and their device→host copy starts at once (``copy_to_host_async``). JAX arrays in
+  host memory (its "cpu" platform) are gathered as NumPy's, from zero-copy views.
+
+A block is handed to the writer (one ``append`` of up to ``block_frames`` frames, whose validation,
+casting and finiteness checks run once per block) only when its ring slot is needed again, so the
+training thread waits for a copy at most once per ``block_frames * (ring_buffers - 1)`` frames. Each
+library is imported only when an array of it arrives (its module is already loaded then). Reset
+masks of the arrays' own library are accumulated on their device, so passing a device ``done``
+mask every step never synchronizes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import AppendError
+
+__all__ = ["ArrayGatherer", "library_of", "LIBRARIES"]
+
+#: The array libraries `library_of` recognizes, by the top-level module of the array's type.
+LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
+
+
+def library_of(x: Any) -> str | None:
+    """'numpy', 'jax', 'torch', 'cupy' or 'warp' for an array of that library, else None."""
+    return LIBRARIES.get(type(x).__module__.partition(".")[0])
+
+
+Sink = Callable[[np.ndarray, dict[str, np.ndarray], np.ndarray], None]
+
+
+class ArrayGatherer:
+    """The ring of blocks (see the module docstring); `lib` does the per-library gather and copy."""
+
+    def __init__(self, library: str, arrays: dict[str, Any], sel: np.ndarray, *, block_frames: int,
+                 ring_buffers: int, sink: Sink):
+        self.library = library
+        self.k = len(sel)
+        self.block = block_frames
+        self._ring = ring_buffers
+        self._sink = sink
+        self.names = tuple(arrays)
+        self._shapes = {n: tuple(a.shape) for n, a in arrays.items()}
+        self._dtypes = {n: a.dtype for n, a in arrays.items()}
+        self._expected = [(n, type(a), a.shape, a.dtype) for n, a in arrays.items()]
+        adapter = _ADAPTERS[library]
+        if library == "jax" and all(d.platform == "cpu" for a in arrays.values() for d in a.devices()):
+            adapter = _JaxHost  # host memory already: gather from zero-copy NumPy views
+        self._lib = adapter(arrays, sel, block_frames, ring_buffers)
+        self.row_bytes = sum(self._lib.itemsize[n] * int(np.prod(s[1:], dtype=np.int64)) for n, s in self._shapes.items())
+        self._slot = 0
+        self._fill = 0
+        self._times = np.zeros(block_frames, np.float64)
+        self._host_reset_rows = np.zeros((block_frames, self.k), bool)
+        self._device_reset = [False] * ring_buffers
+        self._pending: deque = deque()  # (slot, copy handle, times, host resets, n)
+        self.bytes_copied = 0
+
+    def check(self, arrays: dict[str, Any]) -> None:
+        """Every call: same fields, array types, shapes and dtypes as the first (a few comparisons)."""
+        if len(arrays) == len(self._expected):
+            for name, kind, shape, dtype in self._expected:
+                a = arrays.get(name)
+                if type(a) is not kind or a.shape != shape or a.dtype != dtype:
+                    break
+            else:
+                return
+        self._explain_mismatch(arrays)
+
+    def _explain_mismatch(self, arrays: dict[str, Any]) -> None:
+        if arrays.keys() != self._shapes.keys():
+            raise AppendError(f"record() got fields {sorted(arrays)}, but earlier calls had {sorted(self._shapes)}")
+        for name, a in arrays.items():
+            if library_of(a) != self.library:
+                raise AppendError(f"{name} is a {type(a).__module__}.{type(a).__name__}; this Recorder records "
+                                  f"{self.library} arrays (use one library for every field and call)")
+            if tuple(a.shape) != self._shapes[name] or a.dtype != self._dtypes[name]:
+                raise AppendError(f"{name} has shape {tuple(a.shape)} and dtype {a.dtype}; earlier calls had "
+                                  f"{self._shapes[name]} and {self._dtypes[name]}")
+        raise AppendError("record() got arrays of other types than its first call: "
+                          f"{ {n: type(a).__name__ for n, a in arrays.items()} }")
+
+    def accumulate_reset(self, mask: Any) -> None:
+        """OR a (nworld,) bool/int mask of this library into the device-side accumulator."""
+        nworld = self._shapes[self.names[0]][0]
+        if tuple(mask.shape) != (nworld,):
+            raise AppendError(f"reset must be a mask over all {nworld} worlds, shape ({nworld},); got {tuple(mask.shape)}")
+        self._lib.accumulate_reset(mask)
+
+    def gather(self, arrays: dict[str, Any], time: float, host_reset: np.ndarray) -> None:
+        """Gather one frame of the selected worlds into the ring; may hand a finished block to the sink."""
+        slot, j = self._slot, self._fill
+        self._device_reset[slot] |= self._lib.take(slot, j, [arrays[n] for n in self.names])
+        self.bytes_copied += self.k * self.row_bytes
+        self._times[j] = time
+        self._host_reset_rows[j] = host_reset
+        self._fill += 1
+        if self._fill == self.block:
+            self._seal()
+
+    def _seal(self) -> None:
+        if not self._fill:
+            return
+        handle = self._lib.seal(self._slot, self._fill)
+        self._pending.append((self._slot, handle, self._times[: self._fill].copy(),
+                              self._host_reset_rows[: self._fill].copy(), self._fill))
+        self._slot = (self._slot + 1) % self._ring
+        self._fill = 0
+        if len(self._pending) >= self._ring:
+            self._drain_one()
+
+    def _drain_one(self) -> None:
+        slot, handle, times, reset, n = self._pending.popleft()
+        host, device_reset = self._lib.wait(slot, handle, n)
+        fields = dict(zip(self.names, host))
+        if self._device_reset[slot]:
+            reset = reset | device_reset
+            self._device_reset[slot] = False
+        self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
+
+    def drain_all(self) -> None:
+        """Seal the partial block and hand every pending block to the sink, oldest first."""
+        self._seal()
+        while self._pending:
+            self._drain_one()
+
+
+# -- per-library gathers --------------------------------------------------------------------------
+# Each adapter: take(slot, j, arrays) gathers frame j of ring slot `slot` and returns whether device
+# resets were taken with it; seal(slot, n) starts the block's copy to the host; wait(slot, handle, n)
+# returns ([host array (n, k, ...) per field], device reset rows (n, k) bool).
+
+class _NumpyLike:
+    """NumPy: gather into host blocks. CuPy reuses it with device blocks and a copy at seal."""
+
+    xp: Any = np
+
+    def __init__(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int):
+        self.itemsize = {n: a.dtype.itemsize for n, a in arrays.items()}
+        arrays = list(arrays.values())
+        self.idx = self.xp.asarray(np.asarray(sel, np.intp))
+        shape = lambda a: (block_frames, len(sel), *a.shape[1:])  # noqa: E731
+        self.dev = [[self.xp.empty(shape(a), a.dtype) for a in arrays] for _ in range(ring_buffers)]
+        self.dev_reset = [self.xp.zeros((block_frames, len(sel)), bool) for _ in range(ring_buffers)]
+        self.host, self.host_reset = self.dev, self.dev_reset
+        self._acc = None
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        take, idx = self.xp.take, self.idx
+        for src, block in zip(arrays, self.dev[slot]):
+            take(src, idx, axis=0, out=block[j])
+        if self._acc is None:
+            return False
+        take(self._acc, idx, out=self.dev_reset[slot][j])
+        self._acc = None
+        return True
+
+    def accumulate_reset(self, mask: Any) -> None:
+        mask = mask != 0
+        self._acc = mask if self._acc is None else self._acc | mask
+
+    def seal(self, slot: int, n: int) -> Any:
+        return None
+
+    def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
+        reset = self.host_reset[slot][:n].copy()
+        self.host_reset[slot][:n] = False
+        return [h[:n] for h in self.host[slot]], reset
+
+
+class _Cupy(_NumpyLike):
+    """CuPy (always a GPU): device blocks, pinned host blocks, one async copy per field at seal."""
+
+    def __init__(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int):
+        import cupy
+        import cupyx
+
+        self.xp = cupy
+        super().__init__(arrays, sel, block_frames, ring_buffers)
+        self.host = [[cupyx.empty_pinned(b.shape, b.dtype) for b in blocks] for blocks in self.dev]
+        self.host_reset = [cupyx.empty_pinned(r.shape, bool) for r in self.dev_reset]
+        for r in self.host_reset:
+            r[:] = False
+
+    def seal(self, slot: int, n: int) -> Any:
+        stream = self.xp.cuda.get_current_stream()
+        for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
+            self.xp.asnumpy(dev[:n], stream=stream, out=host[:n], blocking=False)
+        self.dev_reset[slot][:n] = False
+        return stream.record()
+
+    def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
+        handle.synchronize()
+        return super().wait(slot, handle, n)
+
+
+class _JaxHost(_NumpyLike):
+    """JAX arrays in host memory (the "cpu" platform): `np.asarray` of one is a zero-copy view, so
+    the gather is NumPy's, straight into the host block, with nothing left to copy at the end."""
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        return super().take(slot, j, [np.asarray(a) for a in arrays])
+
+    def accumulate_reset(self, mask: Any) -> None:
+        super().accumulate_reset(np.asarray(mask))
+
+
+class _Torch:
+    """torch: index_select into a block; on CUDA a device block, pinned host block and an event."""
+
+    def __init__(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int):
+        import torch
+
+        self.torch = torch
+        first = next(iter(arrays.values()))
+        self.device = first.device
+        self.cuda = self.device.type == "cuda"
+        for name, a in arrays.items():
+            if a.device != self.device:
+                raise AppendError(f"{name} is on {a.device}, qpos on {self.device}: pass every field on one device")
+            if a.dtype in (torch.bfloat16, torch.float16) or a.is_complex():
+                raise AppendError(f"{name} has dtype {a.dtype}; record float32 or float64 tensors")
+        self.itemsize = {n: a.element_size() for n, a in arrays.items()}
+        self.idx = torch.as_tensor(np.asarray(sel, np.int64), device=self.device)
+        k = len(sel)
+        shape = lambda a: (block_frames, k, *a.shape[1:])  # noqa: E731
+        self.host = [[torch.empty(shape(a), dtype=a.dtype, pin_memory=self.cuda) for a in arrays.values()]
+                     for _ in range(ring_buffers)]
+        self.host_reset = [torch.zeros((block_frames, k), dtype=torch.bool, pin_memory=self.cuda)
+                           for _ in range(ring_buffers)]
+        if self.cuda:
+            self.dev = [[torch.empty_like(h, device=self.device) for h in hs] for hs in self.host]
+            self.dev_reset = [torch.zeros_like(r, device=self.device) for r in self.host_reset]
+        else:
+            self.dev, self.dev_reset = self.host, self.host_reset
+        self.host_np = [[h.numpy() for h in hs] for hs in self.host]
+        self.host_reset_np = [r.numpy() for r in self.host_reset]
+        # Views of each frame row, made once: indexing a tensor costs about 1 µs per call.
+        self._rows = [[[block[j] for block in blocks] for j in range(block_frames)] for blocks in self.dev]
+        self._acc = None
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        index_select, idx = self.torch.index_select, self.idx
+        for src, out in zip(arrays, self._rows[slot][j]):
+            index_select(src.detach() if src.requires_grad else src, 0, idx, out=out)
+        if self._acc is None:
+            return False
+        index_select(self._acc, 0, self.idx, out=self.dev_reset[slot][j])
+        self._acc = None
+        return True
+
+    def accumulate_reset(self, mask: Any) -> None:
+        if mask.device != self.device:
+            raise AppendError(f"the reset mask is on {mask.device}, the arrays on {self.device}")
+        mask = mask.detach() != 0
+        self._acc = mask if self._acc is None else self._acc | mask
+
+    def seal(self, slot: int, n: int) -> Any:
+        if not self.cuda:
+            return None
+        for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
+            host[:n].copy_(dev[:n], non_blocking=True)
+        self.dev_reset[slot][:n] = False
+        event = self.torch.cuda.Event()
+        event.record(self.torch.cuda.current_stream(self.device))
+        return event
+
+    def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
+        if handle is not None:
+            handle.synchronize()
+        reset = self.host_reset_np[slot][:n].copy()
+        self.host_reset_np[slot][:n] = False
+        return [h[:n] for h in self.host_np[slot]], reset
+
+
+class _Jax:
+    """JAX on an accelerator: one jitted gather per frame (all fields and the reset accumulator), async host copies."""
+
+    def __init__(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int):
+        import jax
+
+        self.jax = jax
+        first = next(iter(arrays.values()))
+        devices = first.devices()
+        self.itemsize = {n: a.dtype.itemsize for n, a in arrays.items()}
+        idx = np.asarray(sel, np.int32)
+        self.idx = jax.device_put(idx, next(iter(devices))) if len(devices) == 1 else jax.numpy.asarray(idx)
+        self._take = jax.jit(lambda i, xs: [x[i] for x in xs])
+        self._or = jax.jit(lambda acc, m: acc | (m != 0))
+        self._frames: list[list[Any]] = [[None] * block_frames for _ in range(ring_buffers)]
+        self._acc = None
+        k = len(sel)
+        self.host = [[np.empty((block_frames, k, *a.shape[1:]), a.dtype) for a in arrays.values()]
+                     for _ in range(ring_buffers)]
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        with_reset = self._acc is not None
+        out = self._take(self.idx, arrays + [self._acc] if with_reset else arrays)
+        for y in out:
+            y.copy_to_host_async()
+        self._frames[slot][j] = out
+        self._acc = None
+        return with_reset
+
+    def accumulate_reset(self, mask: Any) -> None:
+        self._acc = (mask != 0) if self._acc is None else self._or(self._acc, mask)
+
+    def seal(self, slot: int, n: int) -> Any:
+        return None
+
+    def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
+        host = self.host[slot]
+        reset = np.zeros((n, host[0].shape[1]), bool)
+        for j, out in enumerate(self._frames[slot][:n]):
+            for h, y in zip(host, out):
+                h[j] = np.asarray(y)
+            if len(out) > len(host):
+                reset[j] = np.asarray(out[-1])
+        self._frames[slot][:n] = [None] * n
+        return [h[:n] for h in host], reset
+
+
+_ADAPTERS: dict[str, type] = {"numpy": _NumpyLike, "torch": _Torch, "jax": _Jax, "cupy": _Cupy}
+
+
+def is_mjx_data(data: Any) -> bool:
+    """A MuJoCo MJX ``Data`` (batched with ``jax.vmap``: every field has a leading world axis)."""
+    return type(data).__module__.startswith("mujoco.mjx") and "mujoco.mjx" in sys.modules

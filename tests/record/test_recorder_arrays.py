@@ -1,0 +1,239 @@
+"""Recording from arrays: NumPy, torch and JAX (CPU builds), MJX Data and Warp arrays.
+
+Each library's test runs where the library is installed and is skipped with the reason elsewhere
+(torch has no CPU wheel on PyPI for every Python; CI's Python 3.11 run installs it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import mujoco
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+import mjarchive
+
+from test_recorder import MOCAP_XML, expected_steps  # noqa: E402
+
+NWORLD = 16
+SEL = [2, 5, 11]
+
+
+def _convert(library):
+    """A function turning a NumPy array into an array of `library` (skips when it is not installed)."""
+    if library == "numpy":
+        return np.array
+    if library == "torch":
+        torch = pytest.importorskip("torch", reason="torch is not installed (no CPU wheel from PyPI here)")
+        return lambda a: torch.from_numpy(np.array(a))
+    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
+    return jnp.asarray
+
+
+@pytest.fixture
+def mocap_xml(tmp_path):
+    path = tmp_path / "mocap.xml"
+    path.write_text(MOCAP_XML.format(timestep=0.01))
+    return path
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtype):
+    """Only the selected worlds' rows are copied, in the arrays' own dtype; device and host reset
+    masks both land on the next recorded frame; custom tracks with explicit shapes."""
+    conv = _convert(library)
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    rng = np.random.default_rng(1)
+    steps = 90
+    qpos = rng.standard_normal((steps, NWORLD, model.nq)).astype(dtype)
+    qvel = rng.standard_normal((steps, NWORLD, model.nv)).astype(dtype)
+    mpos = rng.standard_normal((steps, NWORLD, 1, 3)).astype(dtype)
+    mquat = rng.standard_normal((steps, NWORLD, 1, 4)).astype(dtype)
+    reward = rng.standard_normal((steps, NWORLD)).astype(dtype)
+    recorded = []
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=25,
+                            tracks={"qvel": None, "reward": ()}, block_frames=4, ring_buffers=2,
+                            chunk_frames=8) as rec:
+        for n in range(steps):
+            reset = None
+            if n == 20:  # world 5 reset: a mask of the arrays' own library (accumulated on its device)
+                reset = conv(np.arange(NWORLD) == 5)
+            elif n == 41:  # world 11 reset, between two recorded frames: a NumPy mask
+                reset = np.arange(NWORLD) == 11
+            if rec.record(qpos=conv(qpos[n]), qvel=conv(qvel[n]), mocap_pos=conv(mpos[n]),
+                          mocap_quat=conv(mquat[n]), reward=conv(reward[n]), time=n * 0.01, reset=reset):
+                recorded.append(n)
+            if n == 50:
+                rec.flush()  # a partial block goes out; recording continues into the next one
+    assert recorded == expected_steps(25, 1.0, 0.01, steps)
+    itemsize = conv(qpos[0]).dtype.itemsize  # JAX without x64 makes float64 input float32
+    assert rec.bytes_copied == len(recorded) * len(SEL) * (model.nq + model.nv + 7 + 1) * itemsize
+    with mjarchive.open(tmp_path / "a") as archive:
+        assert archive.world_ids == tuple(SEL)
+        assert archive.manifest.producer["backend"] == library
+        sel = archive.select()
+        rows = np.ix_(recorded, SEL)
+        assert_array_equal(sel.qpos, qpos[rows].astype(np.float32))
+        assert_array_equal(sel.qvel, qvel[rows].astype(np.float32))
+        assert_array_equal(sel.mocap_pos, mpos[rows].astype(np.float32))
+        assert_array_equal(sel.mocap_quat, mquat[rows].astype(np.float32))
+        assert_array_equal(sel.reward, reward[rows].astype(np.float32))
+        expected_reset = np.zeros((len(recorded), len(SEL)), bool)
+        expected_reset[recorded.index(20), 1] = True  # 20 is a recorded step
+        expected_reset[next(i for i, n in enumerate(recorded) if n > 41), 2] = True
+        assert_array_equal(sel.reset, expected_reset)
+
+
+@pytest.mark.parametrize("library", ["torch", "jax"])
+def test_errors_name_the_problem(tmp_path, mocap_xml, library):
+    conv = _convert(library)
+    q, mp, mq = np.zeros((4, 7), np.float32), np.zeros((4, 1, 3), np.float32), np.zeros((4, 1, 4), np.float32)
+    rec = mjarchive.Recorder(tmp_path / "e", mocap_xml, tracks=("qvel",))
+    good = dict(qpos=conv(q), mocap_pos=conv(mp), mocap_quat=conv(mq), qvel=conv(np.zeros((4, 6), np.float32)))
+    with pytest.raises(mjarchive.AppendError, match="time="):
+        rec.record(**good)
+    with pytest.raises(mjarchive.AppendError, match=r"needs \['qvel'\]"):
+        rec.record(**{**good, "qvel": None}, time=0.0)
+    with pytest.raises(mjarchive.AppendError, match=r"unknown fields \['ctrl'\]"):
+        rec.record(**good, ctrl=conv(q), time=0.0)
+    with pytest.raises(mjarchive.AppendError, match=r"qpos has shape \(4, 6\); expected"):
+        rec.record(**{**good, "qpos": conv(q[:, :6])}, time=0.0)
+    assert rec.record(**good, time=0.0)
+    with pytest.raises(mjarchive.AppendError, match="numpy arrays|this Recorder records"):
+        rec.record(**{**good, "qvel": np.zeros((4, 6), np.float32)}, time=1.0)
+    with pytest.raises(mjarchive.AppendError, match="dtype"):
+        rec.record(**{**good, "qpos": conv(q.astype(np.int32))}, time=1.0)
+    with pytest.raises(mjarchive.AppendError, match="shape"):
+        rec.record(**good, time=1.0, reset=conv(np.zeros(3, bool)))
+    rec.close()
+    with pytest.raises(mjarchive.AppendError, match="named arrays"):
+        mjarchive.Recorder(tmp_path / "f", mocap_xml).record(conv(q), time=0.0)
+
+
+def test_producer_backend_named_when_created_up_front(tmp_path, humanoid_xml):
+    """n_worlds= creates the archive before any data is seen; the first record() names the backend."""
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    datas = [mujoco.MjData(model) for _ in range(3)]
+    with mjarchive.Recorder(tmp_path / "p", humanoid_xml, n_worlds=3) as rec:
+        with mjarchive.open(tmp_path / "p") as early:
+            assert early.manifest.producer["backend"] == "unknown" and early.n_frames == 0
+        rec.record(datas)
+    with mjarchive.open(tmp_path / "p") as archive:
+        assert archive.manifest.producer["backend"] == "mujoco"
+    with mjarchive.Recorder(tmp_path / "q", humanoid_xml, n_worlds=2) as rec:
+        rec.record(qpos=np.zeros((2, model.nq)), time=0.0)
+    with mjarchive.open(tmp_path / "q") as archive:
+        assert archive.manifest.producer["backend"] == "numpy"
+
+
+def test_torch_tensor_loop_one_added_line(tmp_path, humanoid_xml):
+    """A torch training loop that keeps its state as tensors (as mjlab-style stacks hand them out):
+    one added line records it; replay renders exactly what MuJoCo renders for those states."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (no CPU wheel from PyPI here)")
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    data = mujoco.MjData(model)
+    gen = torch.Generator().manual_seed(0)
+    qpos = torch.as_tensor(model.qpos0, dtype=torch.float32).repeat(32, 1)
+    dt = model.opt.timestep
+    copies = []
+    with mjarchive.Recorder(tmp_path / "t", humanoid_xml, worlds=[4, 20], output_fps=50) as rec:
+        for step in range(40):
+            qpos[:, 7:] += 0.05 * torch.randn((32, model.nq - 7), generator=gen)  # your policy and sim here
+            if rec.record(qpos=qpos, time=step * dt):                             # the added line
+                copies.append(qpos[[4, 20]].clone().numpy())
+    assert len(copies) == len(expected_steps(50, 1.0, dt, 40))
+    with mjarchive.open(tmp_path / "t") as archive:
+        stored = archive.select().qpos
+        frames = list(mjarchive.iter_frames(archive, worlds=[20], frames=[archive.n_frames - 1], size=(48, 64)))
+    assert_array_equal(stored, np.array(copies))  # each frame as it was when recorded, not a later view
+    data.qpos[:] = stored[-1, 1]
+    mujoco.mj_forward(model, data)
+    with mujoco.Renderer(model, 48, 64) as renderer:
+        renderer.update_scene(data, camera=0)  # "back", the first named camera: replay's default
+        renderer.render()  # a fresh renderer's first frame differs slightly (as in tests/replay): warm up,
+        renderer.update_scene(data, camera=0)  # and build the scene again (rendering changes it)
+        assert_array_equal(frames[0][2], renderer.render())
+
+
+PENDULUM = """<mujoco><option timestep="0.01"/><worldbody>
+<body name="target" mocap="true" pos="0 0 1"><geom type="sphere" size="0.05" contype="0" conaffinity="0"/></body>
+<body name="arm" pos="0 0 1"><joint name="a" type="hinge" axis="0 1 0"/>
+<geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.04" contype="0" conaffinity="0"/>
+<body pos="0.5 0 0"><joint name="b" type="hinge" axis="0 1 0"/>
+<geom type="capsule" fromto="0 0 0 0.5 0 0" size="0.04" contype="0" conaffinity="0"/></body></body>
+<camera name="side" pos="0.5 -3 1" xyaxes="1 0 0 0 0 1"/>
+</worldbody><actuator><motor joint="a"/><motor joint="b"/></actuator></mujoco>"""
+
+
+def test_mjx_playground_loop_64_worlds(tmp_path):
+    """A MuJoCo Playground-style loop: jax.vmap-batched MJX Data of 64 worlds, jitted steps, one
+    added line; the archive holds the selected worlds' states and replays them exactly."""
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    mjx = pytest.importorskip("mujoco.mjx", reason="mujoco-mjx is not installed")
+    xml = tmp_path / "pendulum.xml"
+    xml.write_text(PENDULUM)
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    mx = mjx.put_model(model)
+
+    def init(key):
+        return mjx.make_data(mx).replace(qpos=jax.random.uniform(key, (model.nq,), minval=-1.5, maxval=1.5))
+
+    batch = jax.jit(jax.vmap(init))(jax.random.split(jax.random.PRNGKey(0), 64))
+    step = jax.jit(jax.vmap(mjx.step, in_axes=(None, 0)))
+    states = []
+    with mjarchive.Recorder(tmp_path / "m", xml, worlds=[0, 17, 63], output_fps=50, tracks=("qvel",)) as rec:
+        for n in range(30):
+            batch = step(mx, batch)
+            if rec.record(batch):                               # the added line
+                states.append((np.asarray(batch.qpos), np.asarray(batch.qvel), float(batch.time[0])))
+    assert rec.bytes_copied == len(states) * 3 * (model.nq + model.nv + 7) * 4
+    with mjarchive.open(tmp_path / "m") as archive:
+        assert archive.manifest.producer["backend"] == "mjx"
+        sel = archive.select()
+        assert_array_equal(sel.qpos, np.array([s[0][[0, 17, 63]] for s in states]))
+        assert_array_equal(sel.qvel, np.array([s[1][[0, 17, 63]] for s in states]))
+        np.testing.assert_allclose(archive.time, [s[2] for s in states], atol=1e-6)
+        (_w, _f, rgb), = mjarchive.iter_frames(archive, worlds=[17], frames=[len(states) - 1], camera="side",
+                                                size=(48, 64))
+    data = mujoco.MjData(model)
+    data.qpos[:] = states[-1][0][17]
+    mujoco.mj_forward(model, data)
+    with mujoco.Renderer(model, 48, 64) as renderer:
+        renderer.update_scene(data, camera="side")
+        renderer.render()  # warm-up frame, as above
+        renderer.update_scene(data, camera="side")
+        assert_array_equal(rgb, renderer.render())
+
+
+def test_warp_arrays_by_name(tmp_path, mocap_xml):
+    wp = pytest.importorskip("warp")
+    wp.config.quiet = True
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((30, 8, model.nq)).astype(np.float32)
+    mp = rng.standard_normal((30, 8, 1, 3)).astype(np.float32)
+    mq = rng.standard_normal((30, 8, 1, 4)).astype(np.float32)
+    with wp.ScopedDevice("cpu"):
+        with mjarchive.Recorder(tmp_path / "w", mocap_xml, worlds=[1, 6], output_fps=100, block_frames=4) as rec:
+            for n in range(30):
+                rec.record(qpos=wp.array(q[n]), mocap_pos=wp.array(mp[n], dtype=wp.vec3),
+                           mocap_quat=wp.array(mq[n], dtype=wp.quat), time=n * 0.01)
+    with mjarchive.open(tmp_path / "w") as archive:
+        assert archive.manifest.producer["backend"] == "warp"
+        assert_array_equal(archive.select().qpos, q[:, [1, 6]])
+        assert_array_equal(archive.select().mocap_quat, mq[:, [1, 6]])
+
+
+def test_numpy_recording_imports_no_other_array_library(tmp_path, mocap_xml):
+    code = f"""
+import sys, numpy as np, mjarchive
+with mjarchive.Recorder({str(tmp_path / 'n')!r}, {str(mocap_xml)!r}) as rec:
+    rec.record(qpos=np.zeros((2, 7)), mocap_pos=np.zeros((2, 1, 3)), mocap_quat=np.ones((2, 1, 4)), time=0.0)
+print(sorted(m for m in ("jax", "torch", "cupy", "warp", "mujoco_warp") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
