@@ -407,6 +407,33 @@ def _(out):
     _broken(out, world_ids=list(range(2**20 + 1)))
 
 
+# -- invalid metadata placement (item 9 of the security requirements) ------------------------------------
+def _edit_doc(path: Path, change: Callable[[dict], Any]) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2))
+
+
+@case("consolidated-metadata-in-bundle", rule="security-requirements-for-readers", match="consolidated",
+      note="the bundle group serves its members' metadata from a copy, so their own documents are never read")
+def _(out):
+    _broken(out)
+    xml_doc = json.loads((out / "model" / "xml" / "zarr.json").read_text())
+    _edit_doc(out / "model" / "zarr.json", lambda d: d.__setitem__(
+        "consolidated_metadata", {"kind": "inline", "must_understand": False, "metadata": {"xml": xml_doc}}))
+
+
+@case("chunk-key-encoding-v2", rule="security-requirements-for-readers", match="chunk_key_encoding",
+      note="chunks stored under v2 keys (time/0): objects that are no default-encoded chunk of a checked array")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "time" / "zarr.json", lambda d: d.__setitem__(
+        "chunk_key_encoding", {"name": "v2", "configuration": {"separator": "."}}))
+    for chunk in sorted((out / "time" / "c").iterdir()):
+        chunk.rename(out / "time" / chunk.name)
+    (out / "time" / "c").rmdir()
+
+
 # -- invalid bundles (hashes consistent; only the safety rules refuse them) ------------------------------
 _ENTITY = '<!DOCTYPE mujoco [<!ENTITY name "arm">]>\n' + HINGE.replace('name="arm"', 'name="&name;"')
 

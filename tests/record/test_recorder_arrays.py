@@ -237,3 +237,50 @@ print(sorted(m for m in ("jax", "torch", "cupy", "warp", "mujoco_warp") if m in 
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_n_worlds_is_checked_at_the_first_call(tmp_path, mocap_xml):
+    args = dict(mocap_pos=np.zeros((4, 1, 3)), mocap_quat=np.ones((4, 1, 4)), time=0.0)
+    for n_worlds in (3, 8):  # too few rows and too many: both refused, never clamped or truncated
+        rec = mjarchive.Recorder(tmp_path / f"n{n_worlds}", mocap_xml, n_worlds=n_worlds)
+        with pytest.raises(mjarchive.AppendError, match=f"got 4 worlds, but n_worlds={n_worlds}"):
+            rec.record(qpos=np.zeros((4, 7)), **args)
+        rec.close()
+
+
+def test_a_refused_frame_costs_only_itself(tmp_path, mocap_xml):
+    """The writer checks a block when it is handed over, frames later; the other frames of that
+    block and every later block are kept, and the refusal names the frame and world."""
+    rec = mjarchive.Recorder(tmp_path / "nan", mocap_xml, block_frames=4, ring_buffers=2, output_fps=100)
+    for n in range(14):
+        q = np.full((3, 7), float(n))
+        if n == 9:
+            q[1, 0] = np.nan
+        rec.record(qpos=q, mocap_pos=np.zeros((3, 1, 3)), mocap_quat=np.ones((3, 1, 4)), time=n * 0.01)
+    with pytest.raises(mjarchive.AppendError, match="not finite at frame 9, world 1"):
+        rec.close()
+    with mjarchive.open(tmp_path / "nan") as archive:
+        assert_array_equal(archive.select().qpos[:, 0, 0], [n for n in range(14) if n != 9])
+
+
+def test_existing_writer_tracks_default_to_all(tmp_path, mocap_xml):
+    bundle = mjarchive.ModelBundle.from_file(mocap_xml)
+    arrays = dict(qpos=np.zeros((2, 7)), mocap_pos=np.zeros((2, 1, 3)), mocap_quat=np.ones((2, 1, 4)))
+    with mjarchive.create(tmp_path / "w", bundle, n_worlds=2, tracks={"reward": (), "qvel": (6,)}) as writer:
+        with pytest.raises(mjarchive.MjArchiveError, match=r"also has tracks \['reward'\]"):
+            mjarchive.Recorder(writer, tracks=("qvel",))
+        with mjarchive.Recorder(writer) as rec:
+            rec.record(**arrays, reward=np.ones(2), qvel=np.zeros((2, 6)), time=0.0)
+    with mjarchive.open(tmp_path / "w") as archive:
+        assert_array_equal(archive.select().reward, [[1.0, 1.0]])
+
+
+def test_torch_first_call_under_inference_mode(tmp_path, mocap_xml):
+    torch = pytest.importorskip("torch", reason="torch is not installed (no CPU wheel from PyPI here)")
+    z = dict(mocap_pos=torch.zeros(2, 1, 3), mocap_quat=torch.ones(2, 1, 4))
+    with mjarchive.Recorder(tmp_path / "i", mocap_xml, output_fps=100) as rec:
+        with torch.inference_mode():
+            rec.record(qpos=torch.ones(2, 7), **z, time=0.0)
+        rec.record(qpos=torch.full((2, 7), 2.0, requires_grad=True), **z, time=0.01)
+    with mjarchive.open(tmp_path / "i") as archive:
+        assert_array_equal(archive.select().qpos[:, 0, 0], [1.0, 2.0])

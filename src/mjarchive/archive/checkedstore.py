@@ -53,6 +53,7 @@ _ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32":
              "uint64": 8, "float16": 2, "float32": 4, "float64": 8}
 _COMPRESSORS = ("blosc", "zstd", "gzip")
 _ZSTD_MAGIC = 0xFD2FB528
+_ZARR_V2_METADATA = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata"})
 
 
 @dataclass
@@ -249,32 +250,43 @@ class _State:
         if meta.get("node_type") == "array":
             try:
                 self.arrays[path] = _array_info(path, meta)
-            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
-                self.arrays.pop(path, None)
-        elif path == "":
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                # Known and refused, never forgotten: a chunk of an unknown array is refused too.
+                self.arrays[path] = _ArrayInfo(path, (), (), "/", False, error=f"malformed array metadata ({exc!r})")
+            return
+        if meta.get("consolidated_metadata") is not None:
+            # zarr would serve the children's metadata from this copy, never reading (or checking)
+            # their own documents; mjarchive writes none, and the spec refuses it.
+            raise FormatError(f"group {path or '/'!r} carries consolidated_metadata, which the mjarchive format "
+                              "does not use; refusing to read metadata that bypasses the arrays' own documents")
+        if path == "":
             attrs = meta.get("attributes")
             root = attrs.get(ROOT_ATTR) if isinstance(attrs, dict) else None
             n = root.get("n_frames") if isinstance(root, dict) else None
             self.n_frames = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
 
-    def locate(self, key: str) -> tuple[_ArrayInfo, tuple[int, ...]] | None:
-        i = key.rfind("/c")
-        if i < 0:
-            return None
-        info = self.arrays.get(key[:i])
-        if info is None:
-            return None
-        rest = key[i + 2:]
-        if not rest:
-            coords: tuple[int, ...] = ()
-        elif rest[0] == info.sep:
-            try:
-                coords = tuple(map(int, rest[1:].split(info.sep)))
-            except ValueError:
-                return None
+    def locate(self, key: str) -> tuple[_ArrayInfo | None, tuple[int, ...] | None]:
+        """The known array `key` lies in (the longest known path it is under) and its chunk coordinates;
+        (None, None) outside every known array, (info, None) for a key that is no chunk key of it."""
+        i = key.find("/")
+        while i > 0:  # arrays do not nest: the first (shortest) known prefix is the array
+            info = self.arrays.get(key[:i])
+            if info is not None:
+                break
+            i = key.find("/", i + 1)
         else:
-            return None
-        return (info, coords) if len(coords) == len(info.shape) else None
+            return None, None
+        rest = key[len(info.path) + 1:]
+        if rest == "c":
+            coords: tuple[int, ...] = ()
+        elif rest.startswith("c" + info.sep):
+            try:
+                coords = tuple(map(int, rest[2:].split(info.sep)))
+            except ValueError:
+                return info, None
+        else:
+            return info, None
+        return (info, coords) if len(coords) == len(info.shape) else (info, None)
 
 
 def _committed(state: _State, info: _ArrayInfo, coords: tuple[int, ...]) -> bool:
@@ -356,12 +368,18 @@ class CheckedStore(WrapperStore):
             if buf is not None and byte_range is None:
                 state.record(key, buf.to_bytes())
             return buf
-        found = state.locate(key)
-        if found is None:
-            return buf
-        info, coords = found
+        info, coords = state.locate(key)
+        if info is None:
+            if buf is None or key.rpartition("/")[2] in _ZARR_V2_METADATA:
+                return buf  # zarr probing for a key that is not there, or v2 metadata it then refuses
+            raise FormatError(f"{key!r} belongs to no array whose metadata this reader has checked; an "
+                              "mjarchive archive holds no such objects")
         if info.error is not None:
             raise FormatError(f"array {info.path!r} cannot be read safely: {info.error}")
+        if coords is None:
+            if buf is None:
+                return None
+            raise FormatError(f"{key!r} is not a chunk key of array {info.path!r}")
         if buf is None:
             if _committed(state, info, coords):
                 raise FormatError(
@@ -407,8 +425,12 @@ class CheckedStore(WrapperStore):
         if not hasattr(self._store, "get_ranges"):  # zarr < 3.4 stores
             yield list(enumerate(await asyncio.gather(*(self.get(key, prototype, r) for r in byte_ranges))))
             return
-        async for group in self._store.get_ranges(key, byte_ranges, prototype=prototype, **coalescing):
-            yield [(i, self._checked(key, byte_ranges[i], buf)) for i, buf in group]
+        try:
+            async for group in self._store.get_ranges(key, byte_ranges, prototype=prototype, **coalescing):
+                yield [(i, self._checked(key, byte_ranges[i], buf)) for i, buf in group]
+        except* FileNotFoundError:  # zarr reads that as "shard gone": fill values, unless it is damage
+            self._checked(key, byte_ranges[0] if byte_ranges else None, None)
+            raise
 
     async def _get_many(self, requests: Any) -> Any:
         for key, prototype, byte_range in requests:

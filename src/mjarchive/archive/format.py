@@ -130,8 +130,12 @@ def check_array(array: Any, path: str, *, dtypes: frozenset[str] | set[str], ndi
             f"array {path!r} uses codec(s) {bad} not allowed by the mjarchive spec "
             f"(allowed: {sorted(ALLOWED_CODECS)}); refusing to decode it"
         )
-    chunk_bytes = math.prod(array.chunks) * np.dtype(dtype).itemsize
-    shard_shape = getattr(array, "shards", None) or array.chunks
+    try:  # zarr 3.4 opens some irregular chunk grids, whose .chunks and .shards then raise
+        chunk_bytes = math.prod(array.chunks) * np.dtype(dtype).itemsize
+        shard_shape = getattr(array, "shards", None) or array.chunks
+    except (NotImplementedError, TypeError, ValueError) as exc:
+        raise FormatError(f"array {path!r} has a chunk grid the mjarchive spec does not allow (regular only): "
+                          f"{exc}") from None
     shard_bytes = math.prod(shard_shape) * np.dtype(dtype).itemsize
     if max(chunk_bytes, shard_bytes) > MAX_CHUNK_BYTES or chunk_bytes > MAX_DECODED_CHUNK_BYTES:
         raise FormatError(

@@ -18,7 +18,9 @@ casting and finiteness checks run once per block) only when its ring slot is nee
 training thread waits for a copy at most once per ``block_frames * (ring_buffers - 1)`` frames. Each
 library is imported only when an array of it arrives (its module is already loaded then). Reset
 masks of the arrays' own library are accumulated on their device, so passing a device ``done``
-mask every step never synchronizes.
+mask every step never synchronizes. On CUDA, torch and CuPy gathers are queued on the library's
+current stream: arrays written on another stream (a Warp stack stepping on its own) must be
+synchronized with it first, as for any consumer of them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class ArrayGatherer:
         self._shapes = {n: tuple(a.shape) for n, a in arrays.items()}
         self._dtypes = {n: a.dtype for n, a in arrays.items()}
         self._expected = [(n, type(a), a.shape, a.dtype) for n, a in arrays.items()]
+        for name, a in arrays.items():
+            if library != "torch" and np.dtype(a.dtype).kind not in "fiu":
+                raise AppendError(f"{name} has dtype {a.dtype}; record float32 or float64 arrays")
         adapter = _ADAPTERS[library]
         if library == "jax" and all(d.platform == "cpu" for a in arrays.values() for d in a.devices()):
             adapter = _JaxHost  # host memory already: gather from zero-copy NumPy views
@@ -102,12 +107,17 @@ class ArrayGatherer:
         nworld = self._shapes[self.names[0]][0]
         if tuple(mask.shape) != (nworld,):
             raise AppendError(f"reset must be a mask over all {nworld} worlds, shape ({nworld},); got {tuple(mask.shape)}")
+        if not _is_bool_or_int(mask.dtype):
+            raise AppendError(f"reset must be a boolean (or integer) mask, got dtype {mask.dtype}")
         self._lib.accumulate_reset(mask)
 
     def gather(self, arrays: dict[str, Any], time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring; may hand a finished block to the sink."""
         slot, j = self._slot, self._fill
-        self._device_reset[slot] |= self._lib.take(slot, j, [arrays[n] for n in self.names])
+        try:
+            self._device_reset[slot] |= self._lib.take(slot, j, [arrays[n] for n in self.names])
+        except (RuntimeError, TypeError, ValueError, IndexError) as exc:  # e.g. a tensor moved to another device
+            raise AppendError(f"gathering the selected worlds failed: {exc}") from exc
         self.bytes_copied += self.k * self.row_bytes
         self._times[j] = time
         self._host_reset_rows[j] = host_reset
@@ -133,13 +143,38 @@ class ArrayGatherer:
         if self._device_reset[slot]:
             reset = reset | device_reset
             self._device_reset[slot] = False
-        self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
+        try:
+            self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
+        except AppendError:
+            self._sink_frame_by_frame(times, fields, reset)
+
+    def _sink_frame_by_frame(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
+        """A block the writer refused (a NaN, say): keep its good frames, as the MjData path keeps every
+        frame but the bad one, then raise the first refusal (it names the frame and world)."""
+        first: AppendError | None = None
+        for i in range(len(times)):
+            try:
+                self._sink(times[i:i + 1], {n: f[i:i + 1] for n, f in fields.items()}, reset[i:i + 1])
+            except AppendError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def drain_all(self) -> None:
-        """Seal the partial block and hand every pending block to the sink, oldest first."""
-        self._seal()
+        """Seal the partial block and hand every pending block to the sink, oldest first; a refused
+        frame does not stop the blocks after it (the first refusal is raised at the end)."""
+        first: AppendError | None = None
+        try:
+            self._seal()  # may drain the oldest block itself
+        except AppendError as exc:
+            first = exc
         while self._pending:
-            self._drain_one()
+            try:
+                self._drain_one()
+            except AppendError as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 # -- per-library gathers --------------------------------------------------------------------------
@@ -238,6 +273,12 @@ class _Torch:
             if a.dtype in (torch.bfloat16, torch.float16) or a.is_complex():
                 raise AppendError(f"{name} has dtype {a.dtype}; record float32 or float64 tensors")
         self.itemsize = {n: a.element_size() for n, a in arrays.items()}
+        with torch.inference_mode(False):  # a first call under inference_mode must not make them inference tensors
+            self._allocate(arrays, sel, block_frames, ring_buffers)
+        self._acc = None
+
+    def _allocate(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int) -> None:
+        torch = self.torch
         self.idx = torch.as_tensor(np.asarray(sel, np.int64), device=self.device)
         k = len(sel)
         shape = lambda a: (block_frames, k, *a.shape[1:])  # noqa: E731
@@ -254,7 +295,6 @@ class _Torch:
         self.host_reset_np = [r.numpy() for r in self.host_reset]
         # Views of each frame row, made once: indexing a tensor costs about 1 µs per call.
         self._rows = [[[block[j] for block in blocks] for j in range(block_frames)] for blocks in self.dev]
-        self._acc = None
 
     def take(self, slot: int, j: int, arrays: list) -> bool:
         index_select, idx = self.torch.index_select, self.idx
@@ -335,6 +375,11 @@ class _Jax:
                 reset[j] = np.asarray(out[-1])
         self._frames[slot][:n] = [None] * n
         return [h[:n] for h in host], reset
+
+
+def _is_bool_or_int(dtype: Any) -> bool:
+    name = str(dtype).removeprefix("torch.")
+    return name == "bool" or name.startswith(("int", "uint"))
 
 
 _ADAPTERS: dict[str, type] = {"numpy": _NumpyLike, "torch": _Torch, "jax": _Jax, "cupy": _Cupy}

@@ -130,10 +130,16 @@ class Recorder:
             self._owns_writer = False
             man = path_or_writer.manifest
             self._location = path_or_writer.location
+            if not self._tracks:
+                self._tracks = tuple(man.tracks)  # every frame needs all of them
             missing = [t for t in self._tracks if t not in man.tracks]
             if missing:
                 raise MjArchiveError(f"tracks {missing} are not declared in the writer's archive "
                                      f"(it has {sorted(man.tracks)}); create it with tracks={{...}}")
+            unnamed = sorted(set(man.tracks) - set(self._tracks))
+            if unnamed:
+                raise MjArchiveError(f"the writer's archive also has tracks {unnamed}, which every frame needs; "
+                                     f"pass tracks={sorted(man.tracks)} (or no tracks= to record all of them)")
             if self._worlds_arg is None:
                 self._worlds_arg = np.asarray(man.world_ids, dtype=np.int64)
             elif len(self._worlds_arg) != len(man.world_ids):
@@ -277,11 +283,12 @@ class Recorder:
                 self._create(nworld, backend)
             else:
                 self._init_selection(nworld)
+        if nworld != self._nworld:
+            given = "n_worlds=" if self._backend_unknown else "earlier calls had "
+            raise AppendError(f"record() got {nworld} worlds, but {given}{self._nworld}")
         if self._backend_unknown:  # created at construction (n_worlds=...) before any data was seen
             self._backend_unknown = False
             self._writer.set_backend(backend)
-        elif nworld != self._nworld:
-            raise AppendError(f"record() got {nworld} worlds, but earlier calls had {self._nworld}")
 
     def _init_selection(self, nworld: int) -> None:
         sel = np.arange(nworld) if self._worlds_arg is None else self._worlds_arg
