@@ -284,3 +284,21 @@ def test_torch_first_call_under_inference_mode(tmp_path, mocap_xml):
         rec.record(qpos=torch.full((2, 7), 2.0, requires_grad=True), **z, time=0.01)
     with mjarchive.open(tmp_path / "i") as archive:
         assert_array_equal(archive.select().qpos[:, 0, 0], [1.0, 2.0])
+
+
+def test_a_refused_frame_costs_only_itself_on_the_warp_ring(tmp_path, mocap_xml):
+    """The Warp gatherer hands its blocks to the same sink: the same frame-by-frame recovery."""
+    wp = pytest.importorskip("warp")
+    wp.config.quiet = True
+    with wp.ScopedDevice("cpu"):
+        rec = mjarchive.Recorder(tmp_path / "wnan", mocap_xml, block_frames=4, ring_buffers=2, output_fps=100)
+        for n in range(14):
+            q = np.full((3, 7), float(n), np.float32)
+            if n == 9:
+                q[1, 0] = np.nan
+            rec.record(qpos=wp.array(q), mocap_pos=wp.zeros((3, 1), dtype=wp.vec3),
+                       mocap_quat=wp.array(np.ones((3, 1, 4), np.float32), dtype=wp.quat), time=n * 0.01)
+        with pytest.raises(mjarchive.AppendError, match="not finite at frame 9, world 1"):
+            rec.close()
+    with mjarchive.open(tmp_path / "wnan") as archive:
+        assert_array_equal(archive.select().qpos[:, 0, 0], [n for n in range(14) if n != 9])

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._errors import AppendError
 
-__all__ = ["ArrayGatherer", "library_of", "LIBRARIES"]
+__all__ = ["ArrayGatherer", "drain_all", "library_of", "LIBRARIES"]
 
 #: The array libraries `library_of` recognizes, by the top-level module of the array's type.
 LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
@@ -59,9 +59,8 @@ class ArrayGatherer:
         self._ring = ring_buffers
         self._sink = sink
         self.names = tuple(arrays)
-        self._shapes = {n: tuple(a.shape) for n, a in arrays.items()}
-        self._dtypes = {n: a.dtype for n, a in arrays.items()}
-        self._expected = [(n, type(a), a.shape, a.dtype) for n, a in arrays.items()]
+        self.nworld = int(arrays[self.names[0]].shape[0])
+        self._expected = [(n, type(a), tuple(a.shape), a.dtype) for n, a in arrays.items()]
         for name, a in arrays.items():
             if library != "torch" and np.dtype(a.dtype).kind not in "fiu":
                 raise AppendError(f"{name} has dtype {a.dtype}; record float32 or float64 arrays")
@@ -69,7 +68,8 @@ class ArrayGatherer:
         if library == "jax" and all(d.platform == "cpu" for a in arrays.values() for d in a.devices()):
             adapter = _JaxHost  # host memory already: gather from zero-copy NumPy views
         self._lib = adapter(arrays, sel, block_frames, ring_buffers)
-        self.row_bytes = sum(self._lib.itemsize[n] * int(np.prod(s[1:], dtype=np.int64)) for n, s in self._shapes.items())
+        self.row_bytes = sum(self._lib.itemsize[n] * int(np.prod(shape[1:], dtype=np.int64))
+                             for n, _kind, shape, _dtype in self._expected)
         self._slot = 0
         self._fill = 0
         self._times = np.zeros(block_frames, np.float64)
@@ -90,21 +90,22 @@ class ArrayGatherer:
         self._explain_mismatch(arrays)
 
     def _explain_mismatch(self, arrays: dict[str, Any]) -> None:
-        if arrays.keys() != self._shapes.keys():
-            raise AppendError(f"record() got fields {sorted(arrays)}, but earlier calls had {sorted(self._shapes)}")
-        for name, a in arrays.items():
+        if arrays.keys() != set(self.names):
+            raise AppendError(f"record() got fields {sorted(arrays)}, but earlier calls had {sorted(self.names)}")
+        for name, _kind, shape, dtype in self._expected:
+            a = arrays[name]
             if library_of(a) != self.library:
                 raise AppendError(f"{name} is a {type(a).__module__}.{type(a).__name__}; this Recorder records "
                                   f"{self.library} arrays (use one library for every field and call)")
-            if tuple(a.shape) != self._shapes[name] or a.dtype != self._dtypes[name]:
+            if tuple(a.shape) != shape or a.dtype != dtype:
                 raise AppendError(f"{name} has shape {tuple(a.shape)} and dtype {a.dtype}; earlier calls had "
-                                  f"{self._shapes[name]} and {self._dtypes[name]}")
+                                  f"{shape} and {dtype}")
         raise AppendError("record() got arrays of other types than its first call: "
                           f"{ {n: type(a).__name__ for n, a in arrays.items()} }")
 
     def accumulate_reset(self, mask: Any) -> None:
         """OR a (nworld,) bool/int mask of this library into the device-side accumulator."""
-        nworld = self._shapes[self.names[0]][0]
+        nworld = self.nworld
         if tuple(mask.shape) != (nworld,):
             raise AppendError(f"reset must be a mask over all {nworld} worlds, shape ({nworld},); got {tuple(mask.shape)}")
         if not _is_bool_or_int(mask.dtype):
@@ -143,38 +144,29 @@ class ArrayGatherer:
         if self._device_reset[slot]:
             reset = reset | device_reset
             self._device_reset[slot] = False
-        try:
-            self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
-        except AppendError:
-            self._sink_frame_by_frame(times, fields, reset)
-
-    def _sink_frame_by_frame(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
-        """A block the writer refused (a NaN, say): keep its good frames, as the MjData path keeps every
-        frame but the bad one, then raise the first refusal (it names the frame and world)."""
-        first: AppendError | None = None
-        for i in range(len(times)):
-            try:
-                self._sink(times[i:i + 1], {n: f[i:i + 1] for n, f in fields.items()}, reset[i:i + 1])
-            except AppendError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+        self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
 
     def drain_all(self) -> None:
-        """Seal the partial block and hand every pending block to the sink, oldest first; a refused
-        frame does not stop the blocks after it (the first refusal is raised at the end)."""
-        first: AppendError | None = None
+        """Seal the partial block and hand every pending block to the sink, oldest first."""
+        drain_all(self)
+
+
+def drain_all(gatherer: Any) -> None:
+    """Seal a gatherer's partial block, then hand every pending block to its sink, oldest first
+    (this one and the Warp gatherer share the ring protocol: `_seal`, `_drain_one`, `_pending`).
+    A refused frame does not stop the blocks after it; the first refusal is raised at the end."""
+    first: AppendError | None = None
+    try:
+        gatherer._seal()  # may drain the oldest block itself
+    except AppendError as exc:
+        first = exc
+    while gatherer._pending:
         try:
-            self._seal()  # may drain the oldest block itself
+            gatherer._drain_one()
         except AppendError as exc:
-            first = exc
-        while self._pending:
-            try:
-                self._drain_one()
-            except AppendError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 # -- per-library gathers --------------------------------------------------------------------------

@@ -419,7 +419,20 @@ class Recorder:
         return nworld
 
     def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
-        self._writer.append(times, reset=reset, **fields)
+        """The gatherers' sink. A block the writer refuses (a NaN, say) keeps its good frames, as the
+        MjData path keeps every frame but the bad one; the first refusal (naming the frame and world)
+        is raised after them."""
+        try:
+            self._writer.append(times, reset=reset, **fields)
+            return
+        except AppendError as exc:
+            first = exc
+        for i in range(len(times)):
+            try:
+                self._writer.append(times[i:i + 1], reset=reset[i:i + 1], **{n: f[i:i + 1] for n, f in fields.items()})
+            except AppendError:
+                pass
+        raise first
 
 
 class _WarpFields:

@@ -23,6 +23,7 @@ import numpy as np
 import warp as wp
 
 from .._errors import AppendError, BackendError
+from .arrays import drain_all
 
 __all__ = ["WarpGatherer"]
 
@@ -225,6 +226,4 @@ class WarpGatherer:
 
     def drain_all(self) -> None:
         """Seal the partial block and hand every pending block to the sink, oldest first."""
-        self._seal()
-        while self._pending:
-            self._drain_one()
+        drain_all(self)
