@@ -105,3 +105,43 @@ def test_bench_arrays_quick_prints_metrics(tmp_path):
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
     if not measured:
         pytest.skip("neither jax nor torch is installed; the benchmark printed both skip reasons")
+
+
+VIEWS_BENCH = BENCH.parent / "bench_views.py"
+
+VIEWS_CAMERAS = ("free", "track", "track_smooth_yaw", "track_like_side")
+
+
+def test_bench_views_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_views.py --quick runs every section (cameras on both backends with their
+    plain-renderer controls, scene layout on CPU and Warp, HUD) and prints parseable numbers."""
+    proc = subprocess.run(
+        [sys.executable, str(VIEWS_BENCH), "--quick", "--tmp", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    metrics = {}
+    for line in proc.stdout.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep:
+            metrics[name] = value.split()[0] if value.split() else value
+    expected = ["target.camera_vs_model", "ratio.worst_camera_vs_model", "target.camera_vs_model_met",
+                "scene.compile_s", "scene.first_render_s", "scene.images_per_s", "per_world.images_per_s",
+                "ratio.scene_frame_vs_16_per_world_frames", "warp_scene.images_per_s",
+                "warp_per_world.images_per_s", "ratio.warp_scene_frame_vs_16_per_world_frames",
+                "hud.per_world_ms_per_frame", "ratio.hud_vs_none.per_world", "hud.scene_ms_per_frame",
+                "ratio.hud_vs_none.scene", "total_s"]
+    for tag in ("cpu", "cpu_render", "warp", "content.cpu", "content.warp"):
+        expected.append(f"{tag}.model_ms_per_frame")
+        for cam in VIEWS_CAMERAS:
+            expected += [f"{tag}.{cam}_ms_per_frame", f"ratio.{tag}.{cam}_vs_model"]
+    for tag in ("cpu", "warp"):
+        expected += [f"overhead.{tag}.{cam}" for cam in VIEWS_CAMERAS]
+    for name in expected:
+        assert name in metrics, f"{name} missing from the benchmark output:\n{proc.stdout[-3000:]}"
+        if name != "target.camera_vs_model_met":
+            value = float(metrics[name])
+            assert math.isfinite(value) and value > 0, (name, value)
+    assert float(metrics["target.camera_vs_model"]) == 1.05
+    assert metrics["target.camera_vs_model_met"] in ("PASS", "FAIL")
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

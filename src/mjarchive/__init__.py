@@ -63,6 +63,7 @@ _route_mujoco_warnings()
 # Heavier parts (recorders, replay, video, Warp) load on first use, so `import mjarchive` stays
 # light and CPU-only code never imports Warp.
 _LAZY = {
+    "Camera": ".replay.camera",
     "Recorder": ".record.recorder",
     "render": ".replay.render",
     "iter_frames": ".replay.render",
@@ -87,6 +88,7 @@ __all__ = [
     "ArchiveWriter",
     "BackendError",
     "BundleError",
+    "Camera",
     "ClosedError",
     "FormatError",
     "FormatVersionError",

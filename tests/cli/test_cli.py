@@ -215,6 +215,19 @@ def test_render_writes_exactly_the_selection(archive, tmp_path):
         assert frames.std() > 1  # not blank
 
 
+def test_render_takes_camera_specs_scene_options_and_hud(archive, tmp_path):
+    out = tmp_path / "views"
+    proc = run_cli("render", archive, "--out", out, "--worlds", "7", "--frames", "0:3", "--size", "48x64",
+                   "--quality", "fast", "--workers", "1", "--no-progress",
+                   "--camera", "side", "track:torso,distance=3,azimuth=90", "free:lookat=0,0,1,distance=4", "auto",
+                   "--scene", "frames=body,geomgroup=111", "--hud", "world,frame,time,bottom-left", check=True)
+    names = [Path(line).name for line in proc.stdout.split()]
+    assert names == ["world-0007_cam-side.mp4", "world-0007_cam-track-torso.mp4", "world-0007_cam-free.mp4",
+                     "world-0007_cam-auto.mp4"]
+    for name in names:
+        assert decode_video(out / name)[0].shape == (3, 48, 64, 3)
+
+
 def test_preview_png_size(archive, tmp_path):
     from PIL import Image
 
@@ -240,6 +253,10 @@ def _newer_version(root: Path) -> None:
     (["render", "{a}", "--out", "{t}/v", "--frames", "30:99"], "ends past the 40 committed frames", 1),
     (["render", "{a}", "--out", "{t}/v", "--camera", "nope"], "no camera 'nope'", 1),
     (["render", "{a}", "--out", "{t}/v", "--frames", "5:5"], "no frames selected", 1),
+    (["render", "{a}", "--out", "{t}/v", "--camera", "track:tail"], "no body 'tail'", 1),
+    (["render", "{a}", "--out", "{t}/v", "--camera", "free:zoom=2"], "free takes ['lookat'", 1),
+    (["render", "{a}", "--out", "{t}/v", "--scene", "sites,contactforce"], "contactforce", 1),
+    (["render", "{a}", "--out", "{t}/v", "--hud", "world,score"], "score", 1),
     (["render", "{a}", "--out", "{t}/v", "--backend", "warp", "--warp-batch", "0"],
      "warp_batch must be a positive number", 1),
     (["preview", "{a}", "--out", "{t}/s.png", "--size", "big"], "HEIGHTxWIDTH", 2),

@@ -104,9 +104,9 @@ def test_warp_batches_smaller_than_unit_give_same_frames(humanoid_archive):
     np.testing.assert_array_equal(one.rgb, many.rgb)
 
 
-def test_warp_free_camera_is_refused_with_hint(humanoid_archive):
-    with pytest.raises(mjarchive.BackendError, match="backend='cpu'"):
-        next(mjarchive.iter_frames(humanoid_archive, camera="free", size=SIZE, backend="warp:cpu"))
+def test_warp_refuses_what_it_cannot_draw_before_rendering(humanoid_archive):
+    with pytest.raises(mjarchive.BackendError, match="sites.*backend='cpu'"):
+        next(mjarchive.iter_frames(humanoid_archive, camera="free", size=SIZE, backend="warp:cpu", scene="sites"))
 
 
 # -- packing (world, frame) states of several worlds into one batch ---------------------------------------

@@ -181,7 +181,10 @@ MOCAP_XML = """
 """
 
 
-def test_mocap_body_visibly_moves(tmp_path):
+@pytest.mark.parametrize("backend", ["cpu", "warp:cpu"])
+def test_mocap_body_visibly_moves(tmp_path, backend):
+    if backend != "cpu":
+        pytest.importorskip("mujoco_warp")
     xml = tmp_path / "mocap.xml"
     xml.write_text(MOCAP_XML)
     path = tmp_path / "mocap.mjarchive"
@@ -189,7 +192,8 @@ def test_mocap_body_visibly_moves(tmp_path):
         for f in range(3):
             pos = np.array([[[0.8 * (f - 1), 0.0, 0.2]]])
             w.append(f / 30, np.zeros((1, 1)), mocap_pos=pos, mocap_quat=np.array([[[1.0, 0, 0, 0]]]))
-    frames = [rgb for _, _, rgb in mjarchive.iter_frames(path, camera="top", size=(64, 64), quality="fast")]
+    frames = [rgb for _, _, rgb in mjarchive.iter_frames(path, camera="top", size=(64, 64), quality="fast",
+                                                         backend=backend)]
     red = [np.argwhere(f[..., 0].astype(int) - f[..., 1] > 60) for f in frames]
     assert all(len(r) > 10 for r in red)
     cols = [r[:, 1].mean() for r in red]

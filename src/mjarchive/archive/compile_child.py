@@ -1,20 +1,26 @@
 """Compile an untrusted model bundle in a process of its own, under memory and CPU limits.
 
 Run as a script (`python -I compile_child.py MEMORY_BYTES CPU_SECONDS`) by `sandbox.py`; it imports
-only MuJoCo, so nothing else of the parent's state is within reach. Standard input carries one
+only MuJoCo and NumPy, so nothing else of the parent's state is within reach. Standard input carries one
 JSON header line `{"xml": n, "assets": [[name, n], ...]}` followed by the raw bytes; standard
 output returns the compiled model as MJB bytes, standard error one JSON line `{"error": "..."}` on
-refusal. `check_spec_files` is also imported by `bundle.py` for in-process parsing.
+refusal. The header may also carry `"recipe"`: how to derive the replay model from the recorded
+one (`apply_recipe`: copies side by side for a scene, extra replay cameras), applied after parsing
+and checked like the rest of the input. `check_spec_files` is also imported by `bundle.py` for
+in-process parsing, `apply_recipe` by the replay wing for trusted bundles.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import mujoco
+import numpy as np
 
 #: What a compiled untrusted model may hold: checked after compiling, before any MjData exists.
 MAX_MODEL_BYTES = 512 * 2**20
@@ -24,6 +30,10 @@ MAX_OFFSCREEN_SIDE = 8192
 MAX_SHADOW_SIZE = 8192
 MAX_OFFSAMPLES = 16
 MAX_QUALITY_SEGMENTS = 512  # numslices, numstacks, numquads
+#: What a replay recipe may ask for.
+MAX_SCENE_COPIES = 64
+_MAX_REPLAY_CAMERAS = 16
+_MAX_SCENE_OFFSET = 1e6  # metres, per coordinate
 
 
 class Refused(Exception):
@@ -68,6 +78,161 @@ def check_compiled(model: Any) -> None:
             raise Refused(f"the model asks for {what} = {value}, above the replay limit of {limit}")
 
 
+# -- replay recipes ----------------------------------------------------------------------------
+_RECIPE_KEYS = ("copies", "cameras")
+# Everything of an MjSpec that is not an element: the scene takes it from the recorded model.
+_GLOBALS = ("compiler", "option", "visual", "stat", "memory", "nstack", "njmax", "nconmax", "nemax",
+            "nuserdata", "nuser_actuator", "nuser_body", "nuser_cam", "nuser_geom", "nuser_jnt",
+            "nuser_sensor", "nuser_site", "nuser_tendon", "modelname", "strippath")
+# (element lists, attributes) naming a mesh, texture, material or height field.
+_ASSET_REFS = (("geoms", ("meshname", "hfieldname", "material")), ("sites", ("meshname", "material")),
+               ("skins", ("material",)), ("tendons", ("material",)), ("flexes", ("material",)),
+               ("lights", ("texture",)))
+_COPY_PREFIX = re.compile(r"scene[0-9]+/")
+_COPY_WORLD = re.compile(r"scene[0-9]+/world")
+_REPLAY_CAMERA_BODY = "mjarchive-replay"
+_SCENE_ARENA_BYTES = 16 * 2**20
+
+
+def _number(value: Any, what: str, low: float, high: float, *, open_interval: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Refused(f"the replay recipe's {what} must be a number, not {type(value).__name__}")
+    inside = (low < value < high) if open_interval else (low <= value <= high)  # exact for huge ints too
+    if not inside or not math.isfinite(value):
+        bounds = f"({low:g}, {high:g})" if open_interval else f"[{low:g}, {high:g}]"
+        raise Refused(f"the replay recipe's {what} = {value!r} is outside {bounds}")
+    return float(value)
+
+
+def _list(value: Any, what: str, low: int, high: int) -> list:
+    if not isinstance(value, (list, tuple)) or not low <= len(value) <= high:
+        raise Refused(f"the replay recipe's {what} must be a list of {low} to {high} entries")
+    return list(value)
+
+
+def _parse_recipe(recipe: Any) -> tuple[list[tuple[float, ...]], list[float]]:
+    """Check a replay recipe (hostile JSON data): its copy offsets and camera fovys."""
+    if not isinstance(recipe, dict):
+        raise Refused(f"a replay recipe must be a JSON object, not {type(recipe).__name__}")
+    unknown = sorted(str(k) for k in recipe if k not in _RECIPE_KEYS)
+    if unknown:
+        raise Refused(f"the replay recipe has unknown keys {unknown[:5]} (known: {list(_RECIPE_KEYS)})")
+    copies = []
+    if recipe.get("copies") is not None:
+        for k, offset in enumerate(_list(recipe["copies"], "copies", 1, MAX_SCENE_COPIES)):
+            xyz = _list(offset, f"copies[{k}]", 3, 3)
+            copies.append(tuple(_number(v, f"copies[{k}][{i}] (metres)", -_MAX_SCENE_OFFSET, _MAX_SCENE_OFFSET)
+                                for i, v in enumerate(xyz)))
+    cameras = _list(recipe.get("cameras", []), "cameras", 0, _MAX_REPLAY_CAMERAS)
+    fovys = [_number(v, f"cameras[{j}] (fovy, degrees)", 0, 180, open_interval=True) for j, v in enumerate(cameras)]
+    return copies, fovys
+
+
+def apply_recipe(spec: mujoco.MjSpec, recipe: dict) -> mujoco.MjSpec:
+    """The replay model's spec, derived from the recorded model's `spec` by a checked `recipe`:
+
+    - `"copies"`: `[[x, y, z], ...]` (1 to MAX_SCENE_COPIES offsets, metres). One copy of the whole
+      model per offset, in order, its named elements prefixed `scene{k}/`; qpos and mocap bodies are
+      the copies' in turn (copy k holds qpos `[k*nq, (k+1)*nq)`). Free-joint qpos and mocap_pos are
+      world coordinates, so the caller adds copy k's offset to them; the rest moves with its frame.
+      Meshes, textures, materials and height fields are copy 0's, shared. World-body planes and
+      directional lights appear once (see `_share_world`). Keyframes are dropped; `<statistic>` is
+      the recorded model's, so clipping planes, shadows and the headlight match one world's render.
+    - `"cameras"`: `[fovy, ...]` (up to 16, degrees in (0, 180)): fixed cameras
+      `mjarchive-replay-{j}` at the origin, ids `ncam - len(cameras) + j`, posed by the replay.
+
+    May return a new spec; `spec` may be changed either way. Raises `Refused` on a bad recipe."""
+    copies, fovys = _parse_recipe(recipe)
+    if copies:
+        spec = _scene(spec, copies)
+    if fovys:
+        taken = [e.name for e in [*spec.bodies, *spec.cameras] if e.name.startswith(_REPLAY_CAMERA_BODY)]
+        if taken:
+            raise Refused(f"the model names an element {taken[0][:64]!r}: names starting with "
+                          f"{_REPLAY_CAMERA_BODY!r} are reserved for replay cameras; rename it")
+        # On a body of their own, last in the tree: cameras of the world body would come first.
+        body = spec.worldbody.add_body(name=_REPLAY_CAMERA_BODY)
+        body.fuse = False  # <compiler fusestatic> would move them to the world body
+        for j, fovy in enumerate(fovys):
+            body.add_camera(name=f"{_REPLAY_CAMERA_BODY}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
+    return spec
+
+
+def _scene(base: mujoco.MjSpec, copies: list[tuple[float, float, float]]) -> mujoco.MjSpec:
+    for key in list(base.keys):  # a keyframe's qpos no longer fits the scene
+        base.delete(key)
+    base.nkey = 0  # <size nkey>: blank keyframes, unnamed, so prefixed to one repeated name
+    first, rest = base.copy(), base.copy()
+    model = first.compile()  # the recorded model as compiled alone: shared poses, statistic
+    check_compiled(model)
+    offsets = np.asarray(copies, dtype=np.float64)
+    mean = offsets.mean(axis=0)
+    _share_world(first, model, offsets, mean)
+    # The other copies bring no assets (their references are pointed at copy 0's below) and none of
+    # what copy 0 holds for all. With its own meshes each, 16 copies of aloha_pot (134 meshes) took
+    # 10 s and 1.8 GiB to compile; sharing copy 0's, 0.3 s and 0.4 GiB.
+    for element in _shared_world(rest):
+        rest.delete(element)
+    for group in (rest.meshes, rest.textures, rest.materials, rest.hfields):
+        for element in list(group):
+            rest.delete(element)
+    rest.assets.clear()
+
+    scene = mujoco.MjSpec()
+    for attr in _GLOBALS:
+        setattr(scene, attr, getattr(base, attr))
+    # Replay poses and never simulates: no constraint arena. MuJoCo's automatic size grows faster
+    # than the copies (a 60-dof robot x 64 asked for 806 MB), so it is set to what posing needs.
+    scene.memory = _SCENE_ARENA_BYTES
+    scene.copy_during_attach = True  # `rest` is attached many times
+    for k, offset in enumerate(offsets):
+        frame = scene.worldbody.add_frame(pos=offset)
+        scene.attach(first if k == 0 else rest, frame=frame, prefix=f"scene{k}/")
+    for elements, attrs in _ASSET_REFS:
+        for element in getattr(scene, elements):
+            for attr in attrs:
+                name = getattr(element, attr)
+                if name and not name.startswith("scene0/"):
+                    setattr(element, attr, _COPY_PREFIX.sub("scene0/", name, count=1))
+    for element in [*scene.lights, *scene.cameras]:  # attach prefixes a target "world" here (only)
+        if _COPY_WORLD.fullmatch(element.targetbody):
+            element.targetbody = "world"
+    # One world's statistic (meaninertia is deprecated and left out), centred on the grid.
+    stat = scene.stat
+    stat.extent, stat.center = model.stat.extent, model.stat.center + mean
+    stat.meansize, stat.meanmass = model.stat.meansize, model.stat.meanmass
+    return scene
+
+
+def _shared_world(spec: mujoco.MjSpec) -> list[Any]:
+    """The world body's planes and directional lights: one of each serves every copy."""
+    planes = [g for g in spec.worldbody.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE]
+    return planes + [light for light in spec.worldbody.lights if light.type == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL]
+
+
+def _share_world(first: mujoco.MjSpec, model: Any, offsets: np.ndarray, mean: np.ndarray) -> None:
+    """Pose copy 0's shared elements for the whole grid, in a frame that undoes copy 0's offset.
+
+    Coincident planes z-fight, so a floor appears once, centred on the grid and grown by its
+    half-extent (an infinite one stays infinite); terrain, walls and height fields stay per copy.
+    Directional lights light every copy alike, so N of them would light the scene N times over;
+    spot and point lights have a position (and often a target body) and stay per copy."""
+    shared = [(element, element.id) for element in _shared_world(first)]  # ids in `model`, until `first` changes
+    frame = first.worldbody.add_frame(pos=mean - offsets[0])
+    for element, i in shared:
+        element.set_frame(frame)
+        if isinstance(element, mujoco.MjsGeom):
+            rot = np.empty(9)
+            mujoco.mju_quat2Mat(rot, model.geom_quat[i])
+            spread = np.abs((offsets - mean) @ rot.reshape(3, 3)).max(axis=0)  # in the plane's axes
+            size = model.geom_size[i].copy()
+            size[:2] = np.where(size[:2] > 0, size[:2] + spread[:2], 0.0)
+            element.pos, element.quat, element.size = model.geom_pos[i], model.geom_quat[i], size
+            element.alt.type = mujoco.mjtOrientation.mjORIENTATION_QUAT
+        else:
+            element.pos, element.dir = model.light_pos[i], model.light_dir[i]
+
+
 def compile_payload(header: dict, body: bytes) -> bytes:
     """Parse, check, compile and pose the model once; returns its MJB bytes."""
     n_xml = int(header["xml"])
@@ -78,12 +243,13 @@ def compile_payload(header: dict, body: bytes) -> bytes:
         offset += int(n)
     spec = mujoco.MjSpec.from_string(xml, assets=assets)
     check_spec_files(spec, assets)
+    if header.get("recipe") is not None:
+        spec = apply_recipe(spec, header["recipe"])
+        check_spec_files(spec, assets)  # what the derived spec names is still only bundle members
     model = spec.compile()
     check_compiled(model)
     data = mujoco.MjData(model)  # allocates the arena: within the memory limit, or fails here
     mujoco.mj_kinematics(model, data)
-    import numpy as np
-
     buffer = np.empty(mujoco.mj_sizeModel(model), np.uint8)
     mujoco.mj_saveModel(model, None, buffer)
     return buffer.tobytes()

@@ -7,7 +7,8 @@ bundle is first checked statically (`bundle.check_bundle_xml`), then parsed, che
 MjSpec, compiled and posed once in a fresh interpreter that imports only MuJoCo
 (`compile_child.py`), limited in address space and CPU time; the parent loads the returned MJB.
 Results are cached per process by the bundle's content hash (computed from the bytes, never taken
-from the archive), so each bundle is compiled once per process.
+from the archive) and the replay recipe, so each (bundle, recipe) is compiled once per process. A
+recipe (`compile_child.apply_recipe`: scene copies, replay cameras) is applied in the child too.
 """
 
 from __future__ import annotations
@@ -39,16 +40,23 @@ _cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
 _lock = threading.Lock()
 
 
-def compile_untrusted(bundle: Any) -> mujoco.MjModel:
-    """An MjModel compiled from an untrusted ModelBundle in a limited child process."""
+def compile_untrusted(bundle: Any, recipe: dict | None = None) -> mujoco.MjModel:
+    """An MjModel compiled from an untrusted ModelBundle in a limited child process; with `recipe`
+    (plain JSON data, checked in the child), the replay model `compile_child.apply_recipe` derives."""
     key = bundle.sha256  # a content hash of the bundle's own bytes
+    if recipe is not None:
+        try:
+            recipe_json = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"the replay recipe is not plain JSON data: {exc}") from None
+        key += "\0" + recipe_json
     with _lock:
         mjb = _cache.get(key)
         if mjb is not None:
             _cache.move_to_end(key)
     if mjb is None:
         check_bundle_xml(bundle.xml, bundle.assets)
-        mjb = _compile_in_child(bundle)
+        mjb = _compile_in_child(bundle, recipe)
         with _lock:
             _cache[key] = mjb
             while sum(len(v) for v in _cache.values()) > _CACHE_BYTES and len(_cache) > 1:
@@ -59,10 +67,13 @@ def compile_untrusted(bundle: Any) -> mujoco.MjModel:
         raise BundleError(f"the compiled bundle could not be loaded: {exc}") from None
 
 
-def _compile_in_child(bundle: Any) -> bytes:
+def _compile_in_child(bundle: Any, recipe: dict | None = None) -> bytes:
     xml = bundle.xml.encode()
     names = list(bundle.assets)
-    header = json.dumps({"xml": len(xml), "assets": [[n, len(bundle.assets[n])] for n in names]}).encode()
+    fields: dict[str, Any] = {"xml": len(xml), "assets": [[n, len(bundle.assets[n])] for n in names]}
+    if recipe is not None:
+        fields["recipe"] = recipe
+    header = json.dumps(fields).encode()
     payload = b"".join([header, b"\n", xml, *(bundle.assets[n] for n in names)])
     cpu = max(1, int(COMPILE_TIMEOUT_S) + 1)
     # -I: isolated mode, so neither the working directory nor PYTHON* variables shape the child.

@@ -151,7 +151,7 @@ def format_info(info: dict[str, Any]) -> str:
         ("episodes", f"{info['n_episodes']} (split at reset markers)"),
         ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, stored as {info['dtype']}, {precision}"),
         ("tracks", tracks),
-        ("cameras", ", ".join(info["cameras"]) or "none (free camera only)"),
+        ("cameras", ", ".join(info["cameras"]) or "none (renders use auto, free or track cameras)"),
         ("model", model),
         ("model sha256", info["model_sha256"]),
         ("MuJoCo", f"{info['mujoco_version']} (recorded with), producer {info['producer'].get('name', '?')} "

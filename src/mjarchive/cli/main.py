@@ -159,6 +159,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             backend=args.backend, workers=None if args.scheduler else args.workers, quality=args.quality,
             layout=args.layout, fps=args.fps, executor=executor, progress=not args.no_progress,
             split_episodes=args.split_episodes, resume=not args.no_resume, warp_batch=args.warp_batch,
+            spacing=args.spacing, hud=None if args.no_hud else (args.hud or "default"), scene=args.scene,
         )
     for p in paths:
         print(p)
@@ -263,13 +264,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("archive", help="archive path or URL")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory for the videos")
     _add_selection(p, worlds_help=_WORLDS_HELP, frames_help=_FRAMES_HELP)
-    p.add_argument("--camera", nargs="+", action="extend", metavar="NAME",
-                   help="named camera(s) of the model (default: all named cameras, or the free camera)")
+    p.add_argument("--camera", nargs="+", action="extend", metavar="CAM",
+                   help="camera(s): a model camera's name or id (side), free[:lookat=0,0,1,distance=4,azimuth=90,"
+                        "elevation=-20,fovy=45], track:BODY[,distance=3,azimuth=90,elevation=-20,fovy=45,yaw,"
+                        "smoothing=0.2,world=42], auto[:elevation=-30] (default: all named cameras, else auto)")
     _add_render_look(p, size_default=(480, 640), quality_default="full")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes, of the local pool or of --cluster local (default one per core)")
-    p.add_argument("--layout", choices=("per-world", "grid"), default="per-world",
-                   help="per-world: one file per (world, camera); grid: worlds tiled into one video per camera")
+    p.add_argument("--layout", choices=("per-world", "grid", "scene"), default="per-world",
+                   help="per-world: one file per (world, camera); grid: worlds tiled into one video per camera; "
+                        "scene: the worlds side by side in one 3D scene (at most 64)")
+    p.add_argument("--spacing", type=float, default=2.0, metavar="M",
+                   help="--layout scene: metres between neighbouring worlds on the grid (default 2.0)")
+    p.add_argument("--hud", metavar="FIELDS",
+                   help="values burned into each frame: world,episode,frame,time and track names, optionally a "
+                        "corner (top-left, top-right, bottom-left, bottom-right), e.g. world,time,reward,bottom-left "
+                        "(default: world IDs in grid and scene layouts, nothing per world)")
+    p.add_argument("--no-hud", action="store_true", help="burn nothing into the frames")
+    p.add_argument("--scene", metavar="OPTIONS",
+                   help="what is drawn: geom/site groups, frames, MuJoCo's visual and render flags by name, e.g. "
+                        "sites,frames=body,geomgroup=110,transparent,shadow=0")
     p.add_argument("--split-episodes", action="store_true", help="one file per episode (split at reset markers)")
     p.add_argument("--fps", type=float, default=None, help="video frame rate (default: the archive's output_fps)")
     p.add_argument("--warp-batch", type=int, default=None, metavar="N",
@@ -294,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="PNG", help="output PNG file")
     _add_selection(p, worlds_help="original world IDs, one row each (default: the first 4 worlds)",
                    frames_help="frames, one column each (default: 6 evenly spaced frames)")
-    p.add_argument("--camera", metavar="NAME", help="named camera (default: the first named camera, or the free camera)")
+    p.add_argument("--camera", metavar="CAM", help="a camera, as in render (default: the first named camera, else auto)")
     _add_render_look(p, size_default=(120, 160), quality_default="fast")
     _add_storage(p)
     p.set_defaults(func=cmd_preview)

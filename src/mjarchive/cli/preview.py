@@ -47,7 +47,8 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
 
     archive: an open `Archive`. worlds: original world IDs (int, list or slice over IDs; default
     the first 4 worlds). frames: int, slice or index list over committed frames (default 6 evenly
-    spaced frames). camera: a name, id or 'free' (default: the first named camera, else free).
+    spaced frames). camera: a model camera's name or id, a Camera or its CLI form (default: the first
+    named camera, else Camera.auto()).
     size: (height, width) of one tile in pixels. Each column is labelled with its frame index and
     simulation time, each row with its world ID, and each tile with its episode number.
     """

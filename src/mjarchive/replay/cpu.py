@@ -15,6 +15,7 @@ import numpy as np
 
 from .._errors import BackendError, ClosedError
 from . import worker
+from .camera import View
 
 __all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name", "renderer_for"]
 
@@ -49,7 +50,7 @@ class CpuRenderer:
     (measured up to 10/255 per pixel) and output must not depend on how work is split.
     """
 
-    def __init__(self, model: mujoco.MjModel, size: tuple[int, int], quality: str = "full"):
+    def __init__(self, model: mujoco.MjModel, size: tuple[int, int], quality: str = "full", options=None):
         if quality not in QUALITIES:
             raise BackendError(f"quality must be one of {QUALITIES}, got {quality!r}")
         self.size = (int(size[0]), int(size[1]))
@@ -68,6 +69,14 @@ class CpuRenderer:
             for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
                          mujoco.mjtRndFlag.mjRND_SKYBOX):
                 flags[flag] = 0
+        self._option = mujoco.MjvOption()
+        if options is not None:
+            from .options import apply_cpu
+
+            apply_cpu(options, self._option, self.renderer.scene)
+        self._fovy = float(self.model.vis.global_.fovy)
+        self._free = mujoco.MjvCamera()
+        self._free.type = mujoco.mjtCamera.mjCAMERA_FREE
         self._tendon = needs_tendon_stage(self.model)
         self._last_camera: int | None = None
         self._closed = False
@@ -88,15 +97,26 @@ class CpuRenderer:
             mujoco.mj_flex(m, d)
         mujoco.mj_camlight(m, d)
 
-    def render(self, camera: int = FREE_CAMERA) -> np.ndarray:
-        """RGB of the current state from camera id `camera` (-1: free camera), (H, W, 3) uint8."""
+    def render(self, camera: int | View = FREE_CAMERA, pose: np.ndarray | None = None) -> np.ndarray:
+        """RGB of the current state, (H, W, 3) uint8, from a model camera id (-1: MuJoCo's default
+        free camera) or a `camera.View` rendered as a free MjvCamera (`pose`: this frame's
+        (lookat x, y, z, azimuth) of a tracking view)."""
         if self._closed:
             raise ClosedError("this renderer is closed")
-        self.renderer.update_scene(self.data, camera=int(camera))
+        if isinstance(camera, View):
+            target = self._free
+            target.lookat[:] = camera.lookat if pose is None else pose[:3]
+            target.azimuth = camera.azimuth if pose is None else pose[3]
+            target.distance, target.elevation = camera.distance, camera.elevation
+            self.model.vis.global_.fovy = camera.fovy  # a free camera's field of view is the model's
+        else:
+            target = int(camera)
+            self.model.vis.global_.fovy = self._fovy  # MuJoCo's default free camera (-1) reads it
+        self.renderer.update_scene(self.data, camera=target, scene_option=self._option)
         if camera != self._last_camera:
             self.renderer.render()
             self._last_camera = camera
-            self.renderer.update_scene(self.data, camera=int(camera))
+            self.renderer.update_scene(self.data, camera=target, scene_option=self._option)
         return self.renderer.render()
 
     def close(self) -> None:
@@ -113,7 +133,8 @@ class CpuRenderer:
 
 def renderer_for(unit: worker.RenderUnit, archive, model: mujoco.MjModel) -> CpuRenderer:
     """This thread's cached CpuRenderer for a work unit."""
-    return worker.renderer_for(unit, archive, lambda: CpuRenderer(model, unit.size, unit.quality))
+    return worker.renderer_for(unit, archive, lambda: CpuRenderer(model, unit.size, unit.quality,
+                                                                  getattr(unit, "options", None)))
 
 
 def gl_renderer_name() -> str:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import json
 import multiprocessing
 import os
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -30,57 +29,26 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, MjArchiveError, SelectionError
+from .._errors import BackendError, BundleError, MjArchiveError
 from .._fs import OutputDir
 from ..archive.reader import Archive
 from ..archive.reader import open as open_archive
-from . import cpu, warp
-from .cpu import FREE_CAMERA, QUALITIES, gl_renderer_name
+from . import warp
+from .camera import Camera, View
+from .cpu import QUALITIES
+from .hud import Hud, draw_text, format_lines
+from .options import SceneOptions
+from .plan import LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
 from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
 from ..archive.store import is_url, local_path
-from .video import GridComposer, VideoWriter, camera_label, grid_shape, video_name
-from .worker import RenderUnit, UnitResult, archive_for, bundle_model, lend_archive, model_for
+from .unit import render_unit
+from .video import GridComposer, VideoWriter
+from .worker import RenderUnit, UnitResult, bundle_model, lend_archive
 
 __all__ = ["render", "iter_frames", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
 
-LAYOUTS = ("per-world", "grid")
-#: Pixel bytes one unit returns at most (bounds the parent's reorder buffer: window × this).
-UNIT_BYTES = {"cpu": 32 * 2**20, "warp": 256 * 2**20}
-#: Frames one CPU unit holds at most: small units balance workers; each costs one chunk read.
-CPU_UNIT_FRAMES = 32
-_CACHE_SIZE = 4
 #: Encoder settings of every video (part of the resume key: other settings, other files).
 VIDEO_ENCODER = {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23}
-
-
-def render_unit(unit: RenderUnit) -> UnitResult:
-    """Render one unit (runs in any process): read its slice, pose, render; returns the pixels."""
-    archive = archive_for(unit)
-    model = model_for(unit, archive)
-    frames = np.asarray(unit.frames, dtype=np.int64)
-    contiguous = bool(np.all(np.diff(frames) == 1))
-    sel = archive.select(worlds=[unit.world_id],
-                         frames=slice(int(frames[0]), int(frames[-1]) + 1) if contiguous else frames)
-    qpos = sel.qpos[:, 0]
-    mocap_pos = sel.mocap_pos[:, 0] if model.nmocap else None
-    mocap_quat = sel.mocap_quat[:, 0] if model.nmocap else None
-    renderer = (cpu if unit.backend == "cpu" else warp).renderer_for(unit, archive, model)
-    h, w = unit.size
-    n = len(frames)
-    rgb = np.empty((n, h, w, 3), np.uint8)
-    gl = ""
-    if unit.backend == "cpu":
-        for i in range(n):
-            renderer.set_state(qpos[i], None if mocap_pos is None else mocap_pos[i],
-                               None if mocap_quat is None else mocap_quat[i])
-            rgb[i] = renderer.render(unit.camera)
-        gl = gl_renderer_name()
-    else:
-        for s in range(0, n, renderer.nworld):
-            e = min(n, s + renderer.nworld)
-            rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
-                                             None if mocap_quat is None else mocap_quat[s:e], unit.camera)
-    return UnitResult(unit.world_id, unit.camera, unit.frames, rgb, gl)
 
 
 # -- planning -----------------------------------------------------------------------------------
@@ -98,124 +66,6 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise MjArchiveError(f"unknown {name} {value!r}; choose one of {list(choices)}")
     return value
-
-
-def _resolve_cameras(model: mujoco.MjModel, cameras: Any) -> list[tuple[int, str]]:
-    """(camera id, file label) pairs; default: all named cameras, else the free camera."""
-    names = [model.camera(i).name for i in range(model.ncam)]
-    if cameras is None:
-        ids = [i for i, n in enumerate(names) if n] or [FREE_CAMERA]
-    else:
-        if isinstance(cameras, (str, int)):
-            cameras = [cameras]
-        ids = []
-        for cam in cameras:
-            if isinstance(cam, str) and cam in names:
-                ids.append(names.index(cam))
-            elif (isinstance(cam, str) and cam == "free") or cam == FREE_CAMERA:
-                ids.append(FREE_CAMERA)
-            elif isinstance(cam, (int, np.integer)) and not isinstance(cam, bool) and 0 <= cam < model.ncam:
-                ids.append(int(cam))
-            else:
-                raise SelectionError(
-                    f"no camera {cam!r} in the model; choose from {[n for n in names if n]} "
-                    f"(or ids 0..{model.ncam - 1}), or 'free' for MuJoCo's free camera"
-                )
-    out: list[tuple[int, str]] = []
-    used: set[str] = set()
-    for i in dict.fromkeys(ids):
-        label = camera_label(names[i] if i >= 0 else None, i)
-        k = 0
-        while label in used:  # names crafted to collide after sanitizing: still one file each
-            k += 1
-            label = f"cam{i}" if k == 1 else f"cam{i}-{k}"
-        used.add(label)
-        out.append((i, label))
-    return out
-
-
-def _split(frames: np.ndarray, chunk_frames: int, max_frames: int) -> list[tuple[int, ...]]:
-    """Split frame indices into runs that never cross a stored chunk and hold <= max_frames."""
-    out: list[tuple[int, ...]] = []
-    if not len(frames):
-        return out
-    chunk = frames // chunk_frames
-    bounds = np.flatnonzero(np.diff(chunk)) + 1
-    for part in np.split(frames, bounds):
-        for s in range(0, len(part), max_frames):
-            out.append(tuple(int(f) for f in part[s:s + max_frames]))
-    return out
-
-
-@dataclasses.dataclass
-class _Output:
-    path: Path
-    camera: int
-    world_ids: list[int]
-    units: list[RenderUnit]
-    n_frames: int
-    grid_block: int = 0  # grid: frames per canvas block
-
-
-def plan_units(archive: Archive, *, location: str, storage_options: dict | None, worlds: Any, frames: Any,
-               cameras: list[tuple[int, str]], size: tuple[int, int], quality: str, backend: str,
-               layout: str, split_episodes: bool, model_mjb: bytes | None, out_dir: Path,
-               model: mujoco.MjModel, unit_bytes: int | None = None,
-               warp_batch: int | None = None) -> list[_Output]:
-    """Every output video with its ordered work units. warp_batch: states per Warp launch
-    (default: what the device's memory budget allows, capped by the selection's size)."""
-    sel = archive.select(worlds=worlds, frames=frames)
-    world_ids = list(sel.world_ids)
-    frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
-    if not len(frame_idx):
-        raise SelectionError(
-            f"the frame selection {frames!r} holds no frames (the archive has {archive.n_frames} committed "
-            "frames; a live archive shows frames once the writer commits them)"
-        )
-    cf = archive.manifest.chunk_frames
-    h, w = size
-    budget = unit_bytes or UNIT_BYTES["cpu" if backend == "cpu" else "warp"]
-
-    if backend == "cpu":
-        warp_batch = None
-    elif warp_batch is not None:
-        if isinstance(warp_batch, bool) or not isinstance(warp_batch, (int, np.integer)) or warp_batch < 1:
-            raise MjArchiveError(f"warp_batch must be a positive number of states per launch, got {warp_batch!r}")
-        warp_batch = int(warp_batch)
-    else:  # Warp renders all nworld slots per launch, packed across worlds: no more than the selection
-        device = backend.partition(":")[2] or warp.default_device()
-        warp_batch = min(warp.batch_size(model, size, device), max(1, budget // (h * w * 3)),
-                         max(1, len(frame_idx) * len(world_ids)))
-
-    def unit(world_id: int, camera: int, part: tuple[int, ...]) -> RenderUnit:
-        return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
-                          warp_batch)
-
-    outputs: list[_Output] = []
-    if layout == "grid":
-        rows, cols = grid_shape(len(world_ids))  # the canvas GridComposer will paste into
-        block = max(1, budget // (rows * h * cols * w * 3))
-        if backend == "cpu":
-            block = min(block, CPU_UNIT_FRAMES)
-        for cam, label in cameras:
-            units = [unit(wid, cam, part) for part in _split(frame_idx, cf, block) for wid in world_ids]
-            outputs.append(_Output(out_dir / video_name(None, label), cam, world_ids, units, len(frame_idx), block))
-        return outputs
-    per_unit = max(1, budget // (h * w * 3))
-    if backend == "cpu":
-        per_unit = min(per_unit, CPU_UNIT_FRAMES)
-    for wid in world_ids:
-        if split_episodes:
-            pieces = [(k, frame_idx[(frame_idx >= ep.start) & (frame_idx < ep.stop)])
-                      for k, ep in enumerate(archive.episodes(wid))]
-            pieces = [(k, p) for k, p in pieces if len(p)]
-        else:
-            pieces = [(None, frame_idx)]
-        for cam, label in cameras:
-            for episode, idx in pieces:
-                units = [unit(wid, cam, part) for part in _split(idx, cf, per_unit)]
-                outputs.append(_Output(out_dir / video_name(wid, label, episode), cam, [wid], units, len(idx)))
-    return outputs
 
 
 # -- orchestration ----------------------------------------------------------------------------
@@ -242,7 +92,7 @@ def _run_ordered(units: Iterable[Any], executor: Executor | None, window: int, f
 def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window: int) -> Iterator[UnitResult]:
     """Results of `units` in order. Warp: their states are packed into full batches across units
     (several worlds per launch), rendered as PackedUnits and cut back into per-unit results."""
-    if not units or units[0].backend == "cpu" or units[0].warp_batch is None:
+    if not units or units[0].backend == "cpu" or units[0].warp_batch is None or units[0].scene is not None:
         yield from _run_ordered(units, executor, window)
         return
     batch = units[0].warp_batch
@@ -274,18 +124,86 @@ def _shareable_location(archive: Archive) -> str | None:
     return None if path is None else str(path.resolve())
 
 
-def _prepare_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, bytes | None]:
-    """The replay model and, when the caller supplied it, its MJB bytes for the workers."""
+def _base_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, Any]:
+    """The replay model before any recipe (layout-checked), and the caller's bundle if they gave one."""
     if model is None:  # compiled once per bundle hash and thread, like the workers do
         return bundle_model(archive), None
+    bundle = None
     if not isinstance(model, mujoco.MjModel):
         from ..archive.writer import as_bundle
 
-        model = as_bundle(model).compile()
+        bundle = as_bundle(model)
+        model = bundle.compile()
     archive.manifest.layout.check_compatible(model)
-    buf = np.empty(mujoco.mj_sizeModel(model), np.uint8)
-    mujoco.mj_saveModel(model, None, buf)
-    return model, buf.tobytes()
+    return model, bundle
+
+
+def _check_derived(archive: Archive, model: Any, recipe: dict | None, scene: Any) -> None:
+    """Build the archive's derived replay model here first (in the compile sandbox, cached for
+    this process): a scene that cannot be built fails once, clearly, before any worker starts."""
+    if model is not None or recipe is None:
+        return
+    from .scene import derived_model
+
+    what = (f"the scene of {len(scene.world_ids)} copies of the archive's model" if scene is not None
+            else "the archive's model with replay cameras")
+    try:
+        derived = derived_model(archive.bundle, recipe, trusted=False)
+    except BundleError as exc:
+        hint = "; select fewer worlds or use layout='grid'" if scene is not None else ""
+        raise BundleError(f"cannot build {what}: {exc}{hint}") from None
+    if scene is not None:
+        scene.check_model(derived, archive.manifest.layout)
+
+
+def _caller_mjb(archive: Archive, model: Any, base: mujoco.MjModel, bundle: Any, recipe: dict | None) -> bytes | None:
+    """MJB bytes of what workers render when the caller supplied the model: it, or the model
+    `recipe` derives from it (which needs its XML). None for the archive's own model: each worker
+    derives that one itself, in the compile sandbox."""
+    if model is None:
+        return None
+    rendered = base
+    if recipe is not None:
+        if bundle is None:
+            raise MjArchiveError("this render needs a replay model derived from yours (a scene of several worlds, or "
+                                 "Warp's replay cameras), and an MjModel no longer knows its XML: pass model= as an "
+                                 "MJCF path, an MjSpec or a ModelBundle")
+        from .scene import derived_model
+
+        rendered = derived_model(bundle, recipe, trusted=True)
+    buf = np.empty(mujoco.mj_sizeModel(rendered), np.uint8)
+    mujoco.mj_saveModel(rendered, None, buf)
+    return buf.tobytes()
+
+
+def _recipe(backend: str, cams: list[tuple[int | View, str]], scene: Any) -> dict | None:
+    """How the rendered model derives from the archive's: a scene's copies, and on Warp one added
+    camera per View (the CPU renders Views as MuJoCo free cameras)."""
+    fovys = [c.fovy for c, _ in cams if isinstance(c, View)] if backend != "cpu" else []
+    if scene is not None:
+        return scene.recipe(fovys)
+    return {"cameras": fovys} if fovys else None
+
+
+#: Values per world a track may have to be shown in the HUD (it shows the first few).
+HUD_TRACK_VALUES = 16
+
+
+def _parse_hud(hud: Any, layout: str, archive: Archive) -> tuple[Hud | None, Hud | None]:
+    """(corner text, per-world labels of a scene); default: world IDs in grid and scene layouts."""
+    if isinstance(hud, str) and hud == "default":
+        hud = ("world",) if layout in ("grid", "scene") else None
+    parsed = Hud.parse(hud, tuple(archive.tracks))
+    for name in parsed.fields if parsed is not None else ():
+        spec = archive.tracks.get(name)
+        if spec is not None and int(np.prod(spec.shape, dtype=np.int64)) > HUD_TRACK_VALUES:
+            raise MjArchiveError(f"track {name!r} has {int(np.prod(spec.shape))} values per world; the HUD shows "
+                                 f"tracks of at most {HUD_TRACK_VALUES} (use on_frame= to draw larger ones)")
+    if parsed is None or layout != "scene":
+        return parsed, None
+    corner = tuple(f for f in parsed.fields if f in ("frame", "time"))
+    per_world = tuple(f for f in parsed.fields if f not in ("frame", "time"))
+    return (Hud(corner, parsed.corner) if corner else None), (Hud(per_world, parsed.corner) if per_world else None)
 
 
 def _init_worker(gl_threads: int, started: Any = None) -> None:
@@ -330,39 +248,73 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
            workers: int | None = None, quality: str = "full", layout: str = "per-world",
            fps: float | None = None, executor: Executor | None = None, progress: bool = True,
            split_episodes: bool = False, model: Any = None, storage_options: dict | None = None,
-           resume: bool = True, warp_batch: int | None = None) -> list[Path]:
+           resume: bool = True, warp_batch: int | None = None, spacing: float = 2.0, hud: Any = "default",
+           on_frame: Callable[[int | None, int, np.ndarray], np.ndarray | None] | None = None,
+           scene: Any = None) -> list[Path]:
     """Render selected worlds and frames of an archive to mp4 files in `out_dir`; returns their paths.
 
     archive: an `Archive`, a path or a URL (with `storage_options`). worlds: original world IDs
     (int, list or slice; default all). frames: int, slice or index array (default all committed).
-    cameras: names, ids or 'free' (default: every named camera, else the free camera).
+    cameras: any mix of model camera names or ids, `mjarchive.Camera` values and their CLI forms
+    ('free', 'auto', 'track:torso,distance=3'); default: every named camera, else Camera.auto().
     size: (height, width) pixels. backend: 'cpu' or 'warp' ('warp:cpu', 'warp:cuda:0').
     workers: processes for the CPU backend (None: one per core; 1: in this process); the Warp
     backend renders in this process unless `executor` is given. quality: 'full' (the model's
     visual settings) or 'fast' (no shadows, reflections, skybox or multisampling). layout:
-    'per-world' (`world-0042_cam-back.mp4`) or 'grid' (`grid_cam-back.mp4`, worlds tiled and
-    labelled). fps: default the archive's output_fps. executor: any concurrent.futures.Executor
-    to run the work units on. split_episodes: one file per episode (`..._ep-003.mp4`).
-    model: a replay model (MjModel, ModelBundle, MJCF path or MjSpec), layout-checked.
-    resume: skip videos that the same request already finished in `out_dir` (recorded in
-    `out_dir/.mjarchive-render.json`; each video is written under a temporary name and renamed
-    when complete); False renders them again. All paths are returned either way.
+    'per-world' (`world-0042_cam-back.mp4`), 'grid' (`grid_cam-back.mp4`, worlds tiled) or
+    'scene' (`scene_cam-auto.mp4`: the worlds side by side in one 3D scene, `spacing` metres
+    apart on a grid; at most 64). fps: default the archive's output_fps. executor: any
+    concurrent.futures.Executor to run the work units on. split_episodes: one file per episode
+    (`..._ep-003.mp4`). model: a replay model (MjModel, ModelBundle, MJCF path or MjSpec),
+    layout-checked. resume: skip videos that the same request already finished in `out_dir`
+    (recorded in `out_dir/.mjarchive-render.json`; each video is written under a temporary name
+    and renamed when complete); False renders them again. All paths are returned either way.
     warp_batch: (world, frame) states per Warp launch, packed across worlds (default: what the
     device's memory budget allows); the pixels do not depend on it.
+    hud: values burned into each frame: names from ('world', 'episode', 'frame', 'time') and the
+    archive's tracks, plus optionally a corner ('top-left', ...); default: the world ID in grid
+    and scene layouts, nothing per world; None: nothing. In a scene, per-world values label
+    each world where it stands. on_frame(world_id, frame_index, rgb) -> rgb | None: called in
+    this process once per frame of each video, in order, before encoding (world_id is None for
+    grid and scene videos); a returned array (same shape, uint8) is what is encoded. With
+    on_frame, every video is rendered again (resume cannot know what the callable does).
+    scene: what is drawn, e.g. {"geomgroup": [1, 1, 0], "sites": True, "frames": "body"} or
+    'sites,frames=body,geomgroup=110' (MuJoCo's visual and render flags by name).
     """
     _refuse_in_spawning_worker()
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
     _check_choice("layout", layout, LAYOUTS)
-    if layout == "grid" and split_episodes:
-        raise MjArchiveError("split_episodes=True needs layout='per-world': worlds reset at different frames")
+    if layout != "per-world" and split_episodes:
+        raise MjArchiveError(f"split_episodes=True needs layout='per-world': in layout={layout!r} worlds reset at "
+                             "different frames")
+    if on_frame is not None and not callable(on_frame):
+        raise MjArchiveError(f"on_frame must be a callable (world_id, frame_index, rgb) -> rgb or None, got {on_frame!r}")
     size = _check_size(size)
+    options = SceneOptions.parse(scene)
+    if backend != "cpu":
+        from .options import warp_render_kwargs
+
+        warp_render_kwargs(options)  # refuse what Warp cannot draw before any work
     arch, owned = _open_archive(archive, storage_options)
     folder = None
     try:
         storage_options = storage_options if owned else arch._storage_options
-        replay_model, mjb = _prepare_model(arch, model)
-        cams = _resolve_cameras(replay_model, cameras)
+        corner_hud, label_hud = _parse_hud(hud, layout, arch)
+        sel = arch.select(worlds=worlds, frames=frames)
+        world_ids = list(sel.world_ids)
+        frame_idx = selected_frames(arch, sel, frames)
+        plan = None
+        if layout == "scene":
+            from .scene import ScenePlan
+
+            plan = ScenePlan.grid(world_ids, spacing)
+        replay_model, bundle = _base_model(arch, model)
+        cams = resolve_cameras(arch, replay_model, cameras, world_ids=world_ids, frame_idx=frame_idx, size=size,
+                               scene=plan)
+        recipe = _recipe(backend, cams, plan)
+        mjb = _caller_mjb(arch, model, replay_model, bundle, recipe)
+        _check_derived(arch, model, recipe, plan)
         location = _shareable_location(arch)
         if location is None:
             if executor is not None:
@@ -373,7 +325,10 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
                              frames=frames, cameras=cams, size=size, quality=quality, backend=backend,
                              layout=layout, split_episodes=split_episodes, model_mjb=mjb, out_dir=out,
-                             model=replay_model, warp_batch=warp_batch)
+                             model=replay_model, warp_batch=warp_batch, scene=plan,
+                             options=None if options.is_default else options,
+                             recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True),
+                             labels=label_hud)
         # The folder path may be a link (the user's choice); what is inside it is not trusted. A
         # directory at a video's name is refused before any rendering; links, FIFOs and files at
         # the names are replaced by the finished videos (never written through).
@@ -381,12 +336,16 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         for o in outputs:
             folder.check_writable(o.path.name)
         fps = float(fps or arch.output_fps or 30.0)
-        ledger = RenderLedger(folder, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER), {
+        extra = {"hud": None if corner_hud is None else corner_hud.key(),
+                 "labels": None if label_hud is None else label_hud.key(), "scene": options.key(),
+                 "spacing": None if plan is None else plan.spacing,
+                 "on_frame": None if on_frame is None else getattr(on_frame, "__qualname__", repr(on_frame))}
+        ledger = RenderLedger(folder, request_key(arch, outputs, fps=fps, encoder=VIDEO_ENCODER, extra=extra), {
             "archive": str(arch.location), "worlds": [int(w) for w in sorted({w for o in outputs for w in o.world_ids})],
             "cameras": [label for _, label in cams], "size": list(size), "quality": quality, "backend": backend,
             "layout": layout, "fps": fps})
         all_paths = [o.path for o in outputs]
-        if resume:
+        if resume and on_frame is None:  # the ledger cannot know what a callable did to the frames
             todo = [o for o in outputs if not ledger.is_done(o.path)]
             if len(todo) < len(outputs):
                 print(f"mjarchive: skipped {len(outputs) - len(todo)} of {len(outputs)} outputs already rendered "
@@ -394,9 +353,11 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             outputs = todo
         if not outputs:
             return all_paths
+        attach_paths(arch, replay_model, outputs,
+                     episodes=any("episode" in h.fields for h in (corner_hud, label_hud) if h is not None))
         if backend != "cpu":  # camera by camera: one camera per launch, so consecutive worlds pack together
-            order = {cam: k for k, (cam, _) in enumerate(cams)}
-            outputs = sorted(outputs, key=lambda o: order[o.camera])
+            order = {label: k for k, (_, label) in enumerate(cams)}
+            outputs = sorted(outputs, key=lambda o: order[o.label])
         n_units = sum(len(o.units) for o in outputs)
         if workers is None and executor is not None:
             from .cluster import executor_slots
@@ -419,7 +380,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             with lent:
                 _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
                                folder=folder, fps=fps, size=size, progress=progress,
-                               hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done)
+                               hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done,
+                               hud=None if corner_hud is None else _HudText(arch, corner_hud), on_frame=on_frame)
             return all_paths
         except BrokenProcessPool:
             if own_pool is None:
@@ -436,6 +398,39 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             arch.close()
 
 
+class _HudText:
+    """The corner text of each frame, from values the archive holds (read per unit, in the encoder)."""
+
+    def __init__(self, archive: Archive, hud: Hud):
+        self.archive, self.hud = archive, hud
+        self.tracks = [f for f in hud.fields if f in archive.tracks]
+
+    def draw(self, world_id: int | None, unit: RenderUnit, rgb: np.ndarray) -> None:
+        frames = np.asarray(unit.frames, np.int64)
+        times = self.archive.select(frames=frames).time if "time" in self.hud.fields else None
+        tracks = {}
+        if world_id is not None and self.tracks:
+            sel = self.archive.select(worlds=[world_id], frames=frames)
+            tracks = {name: sel.track(name)[:, 0] for name in self.tracks}
+        eps = unit.episodes
+        for i, f in enumerate(unit.frames):
+            lines = format_lines(self.hud, world=world_id, frame=int(f),
+                                 episode=None if eps is None or eps.ndim != 1 else int(eps[i]),
+                                 time=None if times is None else float(times[i]),
+                                 tracks={k: v[i] for k, v in tracks.items()})
+            if lines:
+                draw_text(rgb[i], lines, self.hud.corner)
+
+
+def _check_frame(out: Any, frame: np.ndarray) -> np.ndarray:
+    if out is None:
+        return frame
+    if not isinstance(out, np.ndarray) or out.shape != frame.shape or out.dtype != np.uint8:
+        raise MjArchiveError(f"on_frame must return None or a uint8 array of shape {frame.shape}, got "
+                             f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}")
+    return out
+
+
 def _check_size(size: Any) -> tuple[int, int]:
     try:
         h, w = (int(s) for s in size)
@@ -446,11 +441,12 @@ def _check_size(size: Any) -> tuple[int, int]:
     return h, w
 
 
-def _write_outputs(outputs: list[_Output], executor: Executor | None, window: int, *, folder: OutputDir,
-                   fps: float, size: tuple[int, int], progress: bool, hint: bool, on_done=None) -> list[Path]:
-    """Consume unit results in order and encode each output; a video is written to a fresh
-    temporary file in `folder` and renamed over its name when complete, then reported to
-    `on_done(path, n_frames, sha256, size)`."""
+def _write_outputs(outputs: list[Output], executor: Executor | None, window: int, *, folder: OutputDir,
+                   fps: float, size: tuple[int, int], progress: bool, hint: bool, on_done=None,
+                   hud: _HudText | None = None, on_frame=None) -> list[Path]:
+    """Consume unit results in order, burn in the HUD, call `on_frame`, and encode each output; a
+    video is written to a fresh temporary file in `folder` and renamed over its name when
+    complete, then reported to `on_done(path, n_frames, sha256, size)`."""
     from tqdm.auto import tqdm
 
     total = sum(len(u.frames) for o in outputs for u in o.units)
@@ -462,9 +458,19 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
     for n in folder.names():
         if n.startswith(".") and ".partial" in n:
             leftovers[n[1:n.rindex(".partial")]].append(n)
-    results = _unit_results(units, executor, window)
+    unit_results = _unit_results(units, executor, window)
+    results = zip(units, unit_results)
     paths: list[Path] = []
     hinted = not (hint and progress)
+
+    def frames_of(o: Output, one_world: bool):
+        """(unit, result) of each unit of `o`, with the HUD burned in."""
+        for _ in o.units:
+            u, r = next(results)
+            if hud is not None:
+                hud.draw(r.world_id if one_world else None, u, r.rgb)
+            yield u, r
+
     try:
         with tqdm(total=total, unit="frame", desc="mjarchive render", disable=not progress) as bar:
             for o in outputs:
@@ -472,29 +478,31 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
                 # planted can be there); ffmpeg opens it through our descriptor.
                 part = folder.create_temp(partial_prefix(o.path), o.path.suffix)
                 tmp = part.open_path  # the file itself, not its name: see TempFile.open_path
+                scene = bool(o.units) and o.units[0].scene is not None
                 try:
-                    if o.grid_block:  # grid outputs only; per-world ones have grid_block 0
+                    if o.grid_block:  # grid outputs only; the others have grid_block 0
                         composer = GridComposer(o.world_ids, size)
                         with VideoWriter(tmp, composer.out_size, fps, crf=VIDEO_ENCODER["crf"]) as video:
-                            canvas, filled = None, 0
-                            for _ in o.units:
-                                r = next(results)
+                            canvas, filled, first = None, 0, None
+                            for u, r in frames_of(o, one_world=True):
                                 if canvas is None:
-                                    canvas, filled = composer.canvas(len(r.frames)), 0
+                                    canvas, filled, first = composer.canvas(len(r.frames)), 0, r.frames
                                 composer.paste(canvas, r.world_id, r.rgb)
                                 filled += 1
                                 bar.update(len(r.frames))
                                 hinted = hinted or _hint_once(r)
                                 if filled == len(o.world_ids):
-                                    for frame in canvas:
-                                        video.write(frame)
+                                    for f, frame in zip(first, canvas):
+                                        video.write(frame if on_frame is None else
+                                                    _check_frame(on_frame(None, int(f), frame), frame))
                                     canvas = None
                     else:
                         with VideoWriter(tmp, size, fps, crf=VIDEO_ENCODER["crf"]) as video:
-                            for _ in o.units:
-                                r = next(results)
-                                for frame in r.rgb:
-                                    video.write(frame)
+                            world = None if scene else o.world_ids[0]
+                            for u, r in frames_of(o, one_world=not scene):
+                                for f, frame in zip(r.frames, r.rgb):
+                                    video.write(frame if on_frame is None else
+                                                _check_frame(on_frame(world, int(f), frame), frame))
                                 bar.update(len(r.frames))
                                 hinted = hinted or _hint_once(r)
                     sha256, n_bytes = part.digest()  # through our descriptor: the file we made
@@ -506,7 +514,7 @@ def _write_outputs(outputs: list[_Output], executor: Executor | None, window: in
                     on_done(o.path, o.n_frames, sha256, n_bytes)
                 paths.append(o.path)
     finally:
-        results.close()  # cancels units still in flight when encoding stopped early
+        unit_results.close()  # cancels units still in flight when encoding stopped early
     return paths
 
 
@@ -530,24 +538,43 @@ def _hint_once(result: UnitResult) -> bool:
 def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera: Any = None,
                 size: tuple[int, int] = (480, 640), backend: str = "cpu", quality: str = "full",
                 model: Any = None, storage_options: dict | None = None,
-                warp_batch: int | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+                warp_batch: int | None = None, scene: Any = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (world_id, frame_index, rgb (H, W, 3) uint8) for the selection, world by world, in this
-    process. camera: a name, id or 'free' (default: the first named camera, else the free camera).
-    warp_batch: states per Warp launch, packed across worlds (default: from a memory budget)."""
+    process. camera: a model camera's name or id, a `mjarchive.Camera` or its CLI form ('free',
+    'auto', 'track:torso'); default: the first named camera, else Camera.auto(). scene: what is
+    drawn (see `render`). warp_batch: states per Warp launch, packed across worlds (default: from
+    a memory budget)."""
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
     size = _check_size(size)
+    options = SceneOptions.parse(scene)
+    if backend != "cpu":
+        from .options import warp_render_kwargs
+
+        warp_render_kwargs(options)
     arch, owned = _open_archive(archive, storage_options)
     try:
         storage_options = storage_options if owned else arch._storage_options
-        replay_model, mjb = _prepare_model(arch, model)
-        cam = _resolve_cameras(replay_model, camera)[0]
+        sel = arch.select(worlds=worlds, frames=frames)
+        frame_idx = selected_frames(arch, sel, frames)
+        replay_model, bundle = _base_model(arch, model)
+        if isinstance(camera, dict):
+            camera = Camera.from_dict(camera)
+        if camera is not None and not isinstance(camera, (str, int, np.integer, Camera)):
+            raise MjArchiveError(f"camera must be one name, id or Camera, got {camera!r}")
+        cam = resolve_cameras(arch, replay_model, camera, world_ids=list(sel.world_ids), frame_idx=frame_idx,
+                              size=size)[:1]
+        recipe = _recipe(backend, cam, None)
+        mjb = _caller_mjb(arch, model, replay_model, bundle, recipe)
         location = f"object:{id(arch)}"
         with lend_archive(arch, location, storage_options):
             outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
-                                 frames=frames, cameras=[cam], size=size, quality=quality, backend=backend,
+                                 frames=frames, cameras=cam, size=size, quality=quality, backend=backend,
                                  layout="per-world", split_episodes=False, model_mjb=mjb, out_dir=Path("."),
-                                 model=replay_model, warp_batch=warp_batch)
+                                 model=replay_model, warp_batch=warp_batch,
+                                 options=None if options.is_default else options,
+                                 recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True))
+            attach_paths(arch, replay_model, outputs)
             results = _unit_results([u for o in outputs for u in o.units], None, 1)
             try:
                 for r in results:

@@ -76,10 +76,12 @@ def is_partial_of(name: str, path: Path) -> bool:
     return re.fullmatch(re.escape(partial_prefix(p)) + r"(?:-[0-9a-f]{16})?" + re.escape(p.suffix), name) is not None
 
 
-def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[str, Any]) -> str:
+def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> str:
     """sha256 hex digest identifying a render request (see the module docstring).
 
-    archive: the open Archive; outputs: the planned outputs (`render._Output`) with their units.
+    archive: the open Archive; outputs: the planned outputs (`plan.Output`) with their units;
+    extra: JSON-able settings that change pixels beyond the units (HUD, draw options, ...).
     """
     man = archive.manifest
     h = hashlib.sha256()
@@ -87,21 +89,27 @@ def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[s
         "format": _FORMAT, "version": _VERSION,
         "archive": {"model_sha256": man.model_sha256, "n_frames": int(archive.n_frames),
                     "world_ids": [int(w) for w in archive.world_ids], "created": man.created},
-        "fps": float(fps), "encoder": encoder,
+        "fps": float(fps), "encoder": encoder, "extra": extra or {},
     }
     h.update(json.dumps(head, sort_keys=True).encode())
     for o in outputs:
         first = o.units[0]
         h.update(json.dumps({
-            "name": o.path.name, "camera": int(o.camera), "world_ids": [int(w) for w in o.world_ids],
+            "name": o.path.name, "camera": _camera_key(o.camera), "world_ids": [int(w) for w in o.world_ids],
             "n_frames": int(o.n_frames), "grid_block": int(o.grid_block), "size": list(first.size),
             "quality": first.quality, "backend": first.backend,
             "model": None if first.model_mjb is None else hashlib.sha256(first.model_mjb).hexdigest(),
+            "recipe": first.recipe,
         }, sort_keys=True).encode())
         for u in o.units:
-            h.update(np.asarray([u.world_id, u.camera, len(u.frames)], np.int64).tobytes())
+            h.update(np.asarray([u.world_id, len(u.frames)], np.int64).tobytes())
             h.update(np.asarray(u.frames, np.int64).tobytes())
     return h.hexdigest()
+
+
+def _camera_key(camera: Any) -> Any:
+    """A model camera's id, or a View's parameters (what decides its pixels)."""
+    return int(camera) if isinstance(camera, (int, np.integer)) else camera.key()
 
 
 def user_key() -> bytes | None:

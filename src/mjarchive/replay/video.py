@@ -35,10 +35,11 @@ def camera_label(name: str | None, camera_id: int) -> str:
     return safe
 
 
-def video_name(world_id: int | None, camera: str, episode: int | None = None) -> str:
-    """`world-0042_cam-back.mp4`, `world-0042_cam-back_ep-003.mp4`, or `grid_cam-back.mp4`;
-    `camera` is a `camera_label`. Always a flat file name (MjArchiveError otherwise)."""
-    head = "grid" if world_id is None else f"world-{int(world_id):04d}"
+def video_name(world_id: int | None, camera: str, episode: int | None = None, head: str = "grid") -> str:
+    """`world-0042_cam-back.mp4`, `world-0042_cam-back_ep-003.mp4`, `grid_cam-back.mp4` or
+    (head='scene') `scene_cam-auto.mp4`; `camera` is a `camera_label`. Always a flat file name
+    (MjArchiveError otherwise)."""
+    head = head if world_id is None else f"world-{int(world_id):04d}"
     tail = "" if episode is None else f"_ep-{int(episode):03d}"
     if _UNSAFE.search(camera) or len(camera) > MAX_LABEL:
         camera = camera_label(camera, 0)
@@ -119,37 +120,20 @@ def grid_shape(n: int) -> tuple[int, int]:
 
 
 class GridComposer:
-    """Tiles the frames of several worlds into one image per frame, each labelled with its world ID."""
+    """Tiles the frames of several worlds into one image per frame (row-major, in world order)."""
 
     def __init__(self, world_ids: list[int], size: tuple[int, int]):
         self.world_ids = list(world_ids)
         self.size = (int(size[0]), int(size[1]))
         self.rows, self.cols = grid_shape(len(self.world_ids))
         self.out_size = (self.rows * self.size[0], self.cols * self.size[1])
-        self._labels = {w: self._label(w) for w in self.world_ids}
-
-    def _label(self, world_id: int) -> np.ndarray:
-        """A (H, W) label mask drawn once per world: 1 = black box, 2 = white text."""
-        from PIL import Image, ImageDraw
-
-        h, w = self.size
-        text = f"world {world_id}"
-        img = Image.new("L", (w, h), 0)
-        draw = ImageDraw.Draw(img)
-        draw.rectangle(draw.textbbox((2, 2), text), fill=1)
-        draw.text((2, 2), text, fill=2)
-        return np.asarray(img)
+        self._index = {w: i for i, w in enumerate(self.world_ids)}
 
     def canvas(self, n_frames: int) -> np.ndarray:
         return np.zeros((n_frames, *self.out_size, 3), np.uint8)
 
     def paste(self, canvas: np.ndarray, world_id: int, frames: np.ndarray, start: int = 0) -> None:
-        """Put `frames` (k, H, W, 3) of `world_id` into canvas rows start..start+k, labelled."""
-        i = self.world_ids.index(world_id)
-        r, c = divmod(i, self.cols)
+        """Put `frames` (k, H, W, 3) of `world_id` into canvas rows start..start+k."""
+        r, c = divmod(self._index[world_id], self.cols)
         h, w = self.size
-        tile = canvas[start:start + len(frames), r * h:(r + 1) * h, c * w:(c + 1) * w]
-        tile[:] = frames
-        mask = self._labels[world_id]
-        tile[:, mask == 1] = 0
-        tile[:, mask == 2] = 255
+        canvas[start:start + len(frames), r * h:(r + 1) * h, c * w:(c + 1) * w] = frames

@@ -22,6 +22,7 @@ import numpy as np
 
 from .._errors import BackendError, ClosedError
 from . import worker
+from .camera import View
 from .cpu import needs_tendon_stage
 
 __all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
@@ -30,6 +31,8 @@ __all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "Pack
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
 DEFAULT_MEMORY_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
 MAX_BATCH = 4096
+#: Name prefix of the cameras added to the replay model for Views (see compile_child.apply_recipe).
+REPLAY_CAMERA = "mjarchive-replay-"
 
 
 def _import():
@@ -67,13 +70,14 @@ def default_device() -> str:
 
 
 def batch_size(model: mujoco.MjModel, size: tuple[int, int], device: str,
-               memory_budget: int | None = None) -> int:
-    """Worlds per batch that fit `memory_budget` bytes: packed RGB plus a rough per-world state."""
+               memory_budget: int | None = None, copies: int = 1) -> int:
+    """Worlds per batch that fit `memory_budget` bytes: packed RGB plus a rough per-world state
+    (`copies`: of the model in each state, for a scene of several worlds)."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
     budget = memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET[kind]
     h, w = size
     per_world = h * w * (4 + 4 + 8)  # packed rgb, depth, segmentation buffers the context allocates
-    per_world += 8 * (model.nbody * 40 + model.ngeom * 12 + model.nq + model.nv * 20 + model.ncam * 12)
+    per_world += 8 * copies * (model.nbody * 40 + model.ngeom * 12 + model.nq + model.nv * 20 + model.ncam * 12)
     return int(max(1, min(MAX_BATCH, budget // per_world)))
 
 
@@ -81,7 +85,8 @@ def renderer_for(unit, archive, model: mujoco.MjModel) -> WarpRenderer:
     """This thread's cached WarpRenderer for a work unit (RenderUnit or PackedUnit)."""
     device = unit.backend.partition(":")[2] or None
     return worker.renderer_for(unit, archive, lambda: WarpRenderer(model, unit.size, quality=unit.quality,
-                                                                   device=device, nworld=unit.warp_batch))
+                                                                   device=device, nworld=unit.warp_batch,
+                                                                   options=getattr(unit, "options", None)))
 
 
 class WarpRenderer:
@@ -92,8 +97,18 @@ class WarpRenderer:
     """
 
     def __init__(self, model: mujoco.MjModel, size: tuple[int, int], *, quality: str = "full",
-                 device: str | None = None, nworld: int | None = None, memory_budget: int | None = None):
+                 device: str | None = None, nworld: int | None = None, memory_budget: int | None = None,
+                 options=None):
         wp, mjw = _import()
+        if options is not None:
+            import inspect
+
+            from .options import warp_render_kwargs
+
+            # BackendError for what this Warp version cannot draw
+            self._options = warp_render_kwargs(options, inspect.signature(mjw.create_render_context).parameters)
+        else:
+            self._options = {}
         self._wp, self._mjw = wp, mjw
         self.model = model
         self.size = (int(size[0]), int(size[1]))
@@ -112,39 +127,62 @@ class WarpRenderer:
         self._rgb = None  # (nworld, H*W, 3) uint8 on the device, allocated on first use
         self._closed = False
 
-    def _context(self, camera: int):
-        rc = self._contexts.get(camera)
-        if rc is None:
+    def camera_id(self, camera: int | View) -> int:
+        """The model camera that renders `camera`: its own id, or the one added for a View."""
+        if not isinstance(camera, View):
             if camera < 0:
-                names = [self.model.camera(i).name for i in range(self.model.ncam)]
-                raise BackendError(
-                    f"backend 'warp' renders model cameras only; this model has {names or 'none'}. "
-                    "Use backend='cpu' for the free camera, or add a <camera> to the model"
-                )
+                raise BackendError("backend 'warp' renders model cameras and mjarchive Cameras; -1 is not a camera")
+            return int(camera)
+        cid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, f"{REPLAY_CAMERA}{camera.slot}")
+        if cid < 0:
+            raise BackendError(f"the Warp replay model has no camera for {camera.label!r}: it was built without "
+                               "its replay cameras (a bug: please report it)")
+        return cid
+
+    def _context(self, cid: int):
+        rc = self._contexts.get(cid)
+        if rc is None:
             has_skybox = bool(np.any(self.model.tex_type == mujoco.mjtTexture.mjTEXTURE_SKYBOX))
             full = self.quality == "full"
+            kwargs = {"use_shadows": full, "render_skybox": full and has_skybox, **self._options}
+            kwargs["render_skybox"] = kwargs["render_skybox"] and has_skybox
+            self._contexts.clear()  # outputs come camera by camera: keep one context's buffers, not one per camera
             with self._wp.ScopedDevice(self.device):
                 rc = self._mjw.create_render_context(
                     self.model, nworld=self.nworld, cam_res=(self.size[1], self.size[0]), render_rgb=True,
-                    render_depth=False, render_seg=False, cam_active=[int(camera)], use_shadows=full,
-                    render_skybox=full and has_skybox,
+                    render_depth=False, render_seg=False, cam_active=[cid], **kwargs,
                 )
-            self._contexts[camera] = rc
+            self._contexts[cid] = rc
         return rc
 
+    def _set_view(self, cid: int, view: View, poses: np.ndarray | None, n: int) -> None:
+        """Place camera `cid` of every batch slot where `view` looks from (per state with `poses`)."""
+        pos, xmat = view.pose(None if poses is None else poses[:n])
+        pos, xmat = pos.reshape(-1, 3), xmat.reshape(-1, 3, 3)
+        cam_xpos = self.d.cam_xpos.numpy()
+        cam_xmat = self.d.cam_xmat.numpy()
+        cam_xpos[:, cid] = pos[-1]  # unused slots: a copy of the last state's pose
+        cam_xmat[:, cid] = xmat[-1]
+        cam_xpos[:len(pos), cid] = pos
+        cam_xmat[:len(pos), cid] = xmat
+        self.d.cam_xpos.assign(cam_xpos)
+        self.d.cam_xmat.assign(cam_xmat)
+
     def render_batch(self, qpos: np.ndarray, mocap_pos: np.ndarray | None, mocap_quat: np.ndarray | None,
-                     camera: int) -> np.ndarray:
-        """Render n <= nworld states from model camera `camera`; returns (n, H, W, 3) uint8."""
+                     camera: int | View, poses: np.ndarray | None = None) -> np.ndarray:
+        """Render n <= nworld states from model camera `camera` or a `camera.View` (`poses`: its
+        (lookat x, y, z, azimuth) per state when it tracks); returns (n, H, W, 3) uint8."""
         if self._closed:
             raise ClosedError("this Warp renderer is closed")
         wp, mjw = self._wp, self._mjw
         n = len(qpos)
         if not 0 < n <= self.nworld:
             raise BackendError(f"a batch holds 1..{self.nworld} states, got {n}")
-        rc = self._context(camera)
+        cid = self.camera_id(camera)
+        rc = self._context(cid)
 
-        def fill(dst, src):
-            full = np.empty(dst.shape, dtype=np.float32)
+        def fill(dst, src):  # dst: (nworld, ...) of scalars or vectors; src: (n, ...) as numpy gives it
+            full = np.empty((dst.shape[0], *np.shape(src)[1:]), dtype=np.float32)
             full[:n] = src
             full[n:] = src[-1]  # pad the batch with copies of the last state; their pixels are dropped
             dst.assign(full)
@@ -161,6 +199,8 @@ class WarpRenderer:
             if self.model.nflex:
                 mjw.flex(self.m, self.d)
             mjw.camlight(self.m, self.d)
+            if isinstance(camera, View):
+                self._set_view(cid, camera, poses, n)
             mjw.refit_bvh(self.m, self.d, rc)
             mjw.render(self.m, self.d, rc)
             # Unpack on the device and copy only the n used states, 3 bytes a pixel: the host then
@@ -193,13 +233,16 @@ class PackedUnit:
 
     location: str
     storage_options: dict | None
-    camera: int
+    camera: int | View
     segments: tuple[tuple[int, tuple[int, ...]], ...]
     size: tuple[int, int]
     quality: str
     backend: str
     model_mjb: bytes | None = None
     warp_batch: int | None = None
+    poses: np.ndarray | None = dataclasses.field(default=None, compare=False)  # a tracking View's, per state
+    options: object = None
+    recipe: str | None = None
 
     @property
     def frames(self) -> tuple[int, ...]:
@@ -211,7 +254,7 @@ class PackedUnit:
 class PackedResult:
     """Pixels of a PackedUnit: rgb (n_states, H, W, 3) uint8, segment after segment."""
 
-    camera: int
+    camera: int | View
     segments: tuple[tuple[int, tuple[int, ...]], ...]
     rgb: np.ndarray
 
@@ -220,28 +263,35 @@ def pack(units: Iterable, capacity: int) -> Iterator[PackedUnit]:
     """Pack the frames of `worker.RenderUnit`s, in order, into PackedUnits of at most `capacity`
     states each (a unit may be split across two); a camera change starts a new PackedUnit."""
     segments: list[tuple[int, tuple[int, ...]]] = []
+    poses: list[np.ndarray] = []
     count, first = 0, None
 
     def flush() -> PackedUnit:
         return PackedUnit(first.location, first.storage_options, first.camera, tuple(segments), first.size,
-                          first.quality, first.backend, first.model_mjb, first.warp_batch)
+                          first.quality, first.backend, first.model_mjb, first.warp_batch,
+                          np.concatenate(poses) if poses else None, first.options, first.recipe)
+
+    def same(a, b) -> bool:
+        return (a.camera, a.location, a.size, a.quality, a.backend, a.model_mjb, a.warp_batch, a.recipe) == (
+            b.camera, b.location, b.size, b.quality, b.backend, b.model_mjb, b.warp_batch, b.recipe) and (
+            a.options == b.options)
 
     for u in units:
-        if first is not None and (u.camera, u.location, u.size, u.quality, u.backend, u.model_mjb, u.warp_batch) != (
-                first.camera, first.location, first.size, first.quality, first.backend, first.model_mjb,
-                first.warp_batch):
+        if first is not None and not same(u, first):
             yield flush()
-            segments, count, first = [], 0, None
+            segments, poses, count, first = [], [], 0, None
         i = 0
         while i < len(u.frames):
             if first is None:
                 first = u
             take = min(len(u.frames) - i, capacity - count)
             segments.append((int(u.world_id), tuple(u.frames[i:i + take])))
+            if u.poses is not None:
+                poses.append(u.poses[i:i + take])
             count, i = count + take, i + take
             if count == capacity:
                 yield flush()
-                segments, count, first = [], 0, None
+                segments, poses, count, first = [], [], 0, None
     if segments:
         yield flush()
 
@@ -296,5 +346,6 @@ def render_packed(unit: PackedUnit) -> PackedResult:
     for s in range(0, n, renderer.nworld):
         e = min(n, s + renderer.nworld)
         rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
-                                         None if mocap_quat is None else mocap_quat[s:e], unit.camera)
+                                         None if mocap_quat is None else mocap_quat[s:e], unit.camera,
+                                         None if unit.poses is None else unit.poses[s:e])
     return PackedResult(unit.camera, unit.segments, rgb)

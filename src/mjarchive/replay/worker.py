@@ -40,13 +40,25 @@ class RenderUnit:
     location: str
     storage_options: dict | None
     world_id: int
-    camera: int
+    camera: Any  # a model camera id, or a `camera.View`
     frames: tuple[int, ...]
     size: tuple[int, int]
     quality: str
     backend: str
     model_mjb: bytes | None = None
     warp_batch: int | None = None
+    #: A tracking View's (lookat x, y, z, azimuth) per frame, (n, 4); see `plan.attach_paths`.
+    poses: np.ndarray | None = dataclasses.field(default=None, compare=False)
+    #: Episode numbers per frame, (n,), or (n, worlds) in a scene; only when labels show them.
+    episodes: np.ndarray | None = dataclasses.field(default=None, compare=False)
+    #: layout='scene': the worlds and their offsets (`scene.ScenePlan`); world_id is then the first.
+    scene: Any = None
+    #: What is drawn (`options.SceneOptions`); None: MuJoCo's defaults.
+    options: Any = None
+    #: JSON recipe of the replay model derived from the archive's (scene copies, Warp's cameras).
+    recipe: str | None = None
+    #: layout='scene': the `hud.Hud` whose per-world fields label each world in the image.
+    labels: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +66,7 @@ class UnitResult:
     """Pixels of one unit: rgb (n_frames, H, W, 3) uint8, in the unit's frame order."""
 
     world_id: int
-    camera: int
+    camera: Any
     frames: tuple[int, ...]
     rgb: np.ndarray
     gl_renderer: str = ""
@@ -113,20 +125,32 @@ def _model_key(unit: Any, archive: Archive) -> str:
     # second archive claiming another's hash cannot borrow its model.
     if unit.model_mjb is not None:
         return "mjb:" + hashlib.sha256(unit.model_mjb).hexdigest()
-    return "bundle:" + archive.bundle.sha256
+    recipe = getattr(unit, "recipe", None)
+    return "bundle:" + archive.bundle.sha256 + ("" if recipe is None else ":" + recipe)
 
 
 def model_for(unit: Any, archive: Archive) -> mujoco.MjModel:
-    """The unit's replay model: the caller's MJB if it sent one, else the archive's bundle; a
-    cached model is checked against this archive's qpos layout on every use."""
-    if unit.model_mjb is None:
+    """The unit's replay model: the caller's MJB if it sent one (derived by the parent when the
+    unit needs a derived model), else the archive's bundle, derived in the compile sandbox when
+    the unit has a recipe. A cached model is checked against this archive's qpos layout on every
+    use (a scene's model holds several copies: its builder checked their layout)."""
+    if unit.model_mjb is None and getattr(unit, "recipe", None) is None:
         return bundle_model(archive)
+    if unit.model_mjb is not None:
+        def make():
+            return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
+    else:
+        def make():
+            from .scene import derived_model
 
-    def make():
-        return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
+            return derived_model(archive.bundle, json.loads(unit.recipe), trusted=False)
 
     model = cached("models", _model_key(unit, archive), make)
-    archive.manifest.layout.check_compatible(model)
+    scene = getattr(unit, "scene", None)
+    if scene is None:
+        archive.manifest.layout.check_compatible(model)
+    else:
+        scene.check_model(model, archive.manifest.layout)
     return model
 
 
@@ -139,5 +163,7 @@ def bundle_model(archive: Archive) -> mujoco.MjModel:
 
 def renderer_for(unit: Any, archive: Archive, make: Callable[[], Any]) -> Any:
     """The cached renderer for the unit's model, backend, size, quality and batch; `make` builds one."""
-    key = (_model_key(unit, archive), unit.backend, unit.size, unit.quality, unit.warp_batch)
+    options = getattr(unit, "options", None)
+    key = (_model_key(unit, archive), unit.backend, unit.size, unit.quality, unit.warp_batch,
+           None if options is None else options.key())
     return cached("renderers", key, make)
