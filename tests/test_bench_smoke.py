@@ -71,6 +71,19 @@ ARRAYS_EXPECTED = {
 }
 
 
+def _run_quick(script: Path, tmp_path: Path, *, timeout: int) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """Run `script --quick --tmp tmp_path`; its `name: value` lines as a dict."""
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--tmp", str(tmp_path)],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    metrics = {}
+    for line in proc.stdout.splitlines():
+        name, sep, value = line.partition(": ")
+        if sep:
+            metrics[name] = value
+    return proc, metrics
+
+
 def test_bench_arrays_quick_prints_metrics(tmp_path):
     """benchmarks/bench_arrays.py --quick runs for each installed library (and prints why it skips
     the others), its archive holds the input rows, and only the selected rows are copied."""
@@ -78,16 +91,7 @@ def test_bench_arrays_quick_prints_metrics(tmp_path):
 
     import pytest
 
-    proc = subprocess.run(
-        [sys.executable, str(ARRAYS_BENCH), "--quick", "--tmp", str(tmp_path)],
-        capture_output=True, text=True, timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    metrics = {}
-    for line in proc.stdout.splitlines():
-        name, sep, value = line.partition(": ")
-        if sep:
-            metrics[name] = value
+    proc, metrics = _run_quick(ARRAYS_BENCH, tmp_path, timeout=180)
     measured = []
     for lib, names in ARRAYS_EXPECTED.items():
         if importlib.util.find_spec(lib) is None:
@@ -115,16 +119,8 @@ VIEWS_CAMERAS = ("free", "track", "track_smooth_yaw", "track_like_side")
 def test_bench_views_quick_prints_metrics(tmp_path):
     """benchmarks/bench_views.py --quick runs every section (cameras on both backends with their
     plain-renderer controls, scene layout on CPU and Warp, HUD) and prints parseable numbers."""
-    proc = subprocess.run(
-        [sys.executable, str(VIEWS_BENCH), "--quick", "--tmp", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    metrics = {}
-    for line in proc.stdout.splitlines():
-        name, sep, value = line.partition(": ")
-        if sep:
-            metrics[name] = value.split()[0] if value.split() else value
+    proc, metrics = _run_quick(VIEWS_BENCH, tmp_path, timeout=300)
+    metrics = {name: value.split()[0] if value.split() else value for name, value in metrics.items()}
     expected = ["target.camera_vs_model", "ratio.worst_camera_vs_model", "target.camera_vs_model_met",
                 "scene.compile_s", "scene.first_render_s", "scene.images_per_s", "per_world.images_per_s",
                 "ratio.scene_frame_vs_16_per_world_frames", "warp_scene.images_per_s",
