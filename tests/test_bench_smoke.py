@@ -141,3 +141,13 @@ def test_bench_views_quick_prints_metrics(tmp_path):
     assert float(metrics["target.camera_vs_model"]) == 1.05
     assert metrics["target.camera_vs_model_met"] in ("PASS", "FAIL")
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+def test_bench_view_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_view.py --quick: seek latency and playback through the real viewer."""
+    _, metrics = _run_quick(BENCH.parent / "bench_view.py", tmp_path, timeout=180)
+    for name in ("local.seek_p50_ms", "local.seek_p95_ms", "local.window_held_MB", "playback.frames_per_s",
+                 "ratio.playback_vs_output_fps"):
+        value = float(metrics[name])
+        assert math.isfinite(value) and value > 0, (name, value)
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

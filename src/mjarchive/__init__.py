@@ -67,6 +67,7 @@ _LAZY = {
     "Recorder": ".record.recorder",
     "render": ".replay.render",
     "iter_frames": ".replay.render",
+    "view": ".viewer.app",
 }
 
 
@@ -107,4 +108,5 @@ __all__ = [
     "iter_frames",
     "open",
     "render",
+    "view",
 ]

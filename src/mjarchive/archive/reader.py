@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import functools
 from typing import Any
 
@@ -351,3 +353,33 @@ def open(location: Any, mode: str = "r", *, storage_options: dict | None = None,
         return open_writer(location, storage_options=storage_options, **writer_options)
     raise MjArchiveError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
 
+
+_INT = r"[+-]?\d+"
+_SLICE_RE = re.compile(rf"^\s*({_INT})?\s*:\s*({_INT})?\s*(?::\s*({_INT})?\s*)?$")
+
+
+def parse_selection(text: str, example: str = "7, 7,42, 100:500 or ::10",
+                    list_name: str = "range") -> int | slice | list[int]:
+    """A selection written like Python, as `select` takes it: `7`, `7,42`, `100:500`, `::10`, `-100:`.
+
+    Returns an int, a list of ints, or a slice. Raises SelectionError naming the text
+    (`bad {list_name} ...` for a malformed list) with `example` otherwise.
+    """
+    s = str(text).strip()
+    if not s:
+        raise SelectionError(f"empty range; write e.g. {example}")
+    if len(s) > 10_000:
+        raise SelectionError(f"that selection is too long; write a slice such as {example.split(' or ')[-1]}")
+    if ":" in s:
+        m = _SLICE_RE.match(s)
+        if not m:
+            raise SelectionError(f"bad range {text!r}; use Python slice syntax START:STOP[:STEP], e.g. {example}")
+        start, stop, step = (None if g is None else int(g) for g in m.groups())
+        if step is not None and step <= 0:
+            raise SelectionError(f"bad range {text!r}: the step must be a positive integer")
+        return slice(start, stop, step)
+    parts = [p.strip() for p in s.split(",")]
+    if not all(re.fullmatch(_INT, p) for p in parts):
+        raise SelectionError(f"bad {list_name} {text!r}; use an integer, a list or a slice, e.g. {example}")
+    values = [int(p) for p in parts]
+    return values[0] if len(values) == 1 and "," not in s else values

@@ -1,4 +1,4 @@
-"""The `mjarchive` command line: inspect, verify, export, render and preview archives; run the demo.
+"""The `mjarchive` command line: inspect, verify, export, render, preview and view archives; run the demo.
 
 Every command is a thin layer over the Python API. Expected failures (an MjArchiveError, bad
 input, a missing file) print one line on stderr and exit non-zero; `--debug` shows the traceback.
@@ -13,9 +13,9 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .._errors import MjArchiveError, SelectionError
+from ..archive.reader import parse_selection
 from .info import archive_info, format_info
 
 __all__ = ["main", "parse_range", "parse_size"]
@@ -23,8 +23,6 @@ __all__ = ["main", "parse_range", "parse_size"]
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # -- argument parsing helpers --------------------------------------------------------------------
-_INT = r"[+-]?\d+"
-_SLICE_RE = re.compile(rf"^\s*({_INT})?\s*:\s*({_INT})?\s*(?::\s*({_INT})?\s*)?$")
 
 
 def parse_range(text: str) -> int | slice | list[int]:
@@ -32,22 +30,7 @@ def parse_range(text: str) -> int | slice | list[int]:
 
     Returns an int, a list of ints, or a slice. Raises SelectionError with a hint otherwise.
     """
-    s = str(text).strip()
-    if not s:
-        raise SelectionError("empty range; write e.g. 7, 7,42, 100:500 or ::10")
-    if ":" in s:
-        m = _SLICE_RE.match(s)
-        if not m:
-            raise SelectionError(f"bad range {text!r}; use Python slice syntax START:STOP[:STEP], e.g. 100:500 or ::10")
-        start, stop, step = (None if g is None else int(g) for g in m.groups())
-        if step is not None and step <= 0:
-            raise SelectionError(f"bad range {text!r}: the step must be a positive integer")
-        return slice(start, stop, step)
-    parts = [p.strip() for p in s.split(",")]
-    if not all(re.fullmatch(_INT, p) for p in parts):
-        raise SelectionError(f"bad range {text!r}; use an integer (7), a list (7,42) or a slice (100:500, ::10)")
-    values = [int(p) for p in parts]
-    return values[0] if len(values) == 1 and "," not in s else values
+    return parse_selection(text)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -178,6 +161,16 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- view ---------------------------------------------------------------------------------------------
+def cmd_view(args: argparse.Namespace) -> int:
+    from ..viewer.app import view
+
+    with _open(args.archive, _storage_options(args)) as archive:
+        view(archive, worlds=args.worlds, frame=args.frame, port=args.port, host=args.host, spacing=args.spacing,
+             max_worlds=args.max_worlds, block=True)
+    return EXIT_OK
+
+
 # -- demo -----------------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
@@ -221,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  mjarchive demo                                  # simulate, record, render (about 2 min on a CPU)\n"
                "  mjarchive info run.mjarchive                    # what is in an archive\n"
                "  mjarchive render run.mjarchive --out videos --worlds 7,42 --frames 100:500\n"
+               "  mjarchive view run.mjarchive --worlds 0:8       # browse worlds in a browser\n"
                "run 'mjarchive COMMAND --help' for the options and an example of each command.",
     )
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
@@ -312,6 +306,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_render_look(p, size_default=(120, 160), quality_default="fast")
     _add_storage(p)
     p.set_defaults(func=cmd_preview)
+
+    p = add("view", "serve a browser viewer: the selected worlds side by side in 3D, a timeline with play, "
+                    "speed, loop and episode resets, and a camera that can follow a body",
+            "mjarchive view run.mjarchive --worlds 7,42  # from another machine: ssh -L 8080:localhost:8080 HOST")
+    p.add_argument("archive", help="archive path or URL")
+    p.add_argument("--worlds", type=_arg_type(parse_range), metavar="IDS",
+                   help="original world IDs shown at first: a list (7,42), an ID or a slice over IDs (0:8); "
+                        "default the first --max-worlds; the page can switch")
+    p.add_argument("--frame", type=int, default=0, metavar="N",
+                   help="frame shown first (negative: from the end; default 0)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free port; default 8080)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only); the viewer has no "
+                        "authentication, so for another machine prefer an SSH tunnel to choosing another host")
+    p.add_argument("--max-worlds", type=int, default=16, metavar="N",
+                   help="the most worlds shown at once (default 16, at most 64)")
+    p.add_argument("--spacing", type=float, default=2.0, metavar="M",
+                   help="metres between neighbouring worlds on the grid, as render --layout scene (default 2.0)")
+    _add_storage(p)
+    p.set_defaults(func=cmd_view)
 
     p = add("export-model", "write the bundled model (model.xml and its assets) to a directory",
             "mjarchive export-model run.mjarchive model/ && python -m mujoco.viewer --mjcf=model/model.xml")

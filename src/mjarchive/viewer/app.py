@@ -1,0 +1,621 @@
+"""The browser viewer: `mjarchive view ARCHIVE` and `mjarchive.view(archive)`.
+
+A `viser` server (its prebuilt client comes in the wheel, so it works offline) shows the selected
+worlds side by side, laid out like `render(layout='scene')` (`ScenePlan.grid`), each labelled with
+its original ID. Every drawn geom (`geometry.geom_meshes`, from the archive's bundled model compiled
+in the sandbox) is one batched mesh with an instance per world, posed each frame from `PoseWindow`,
+which reads only the selected worlds and a window of chunks around the playhead.
+
+One driver thread owns the playhead: GUI callbacks (viser's thread pool) only change requests under
+the lock and wake it; it plays, polls a live archive and sends each frame in one atomic message group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import mujoco
+import numpy as np
+
+from .._errors import BackendError, ClosedError, MjArchiveError, SelectionError
+from ..archive.reader import Archive, open as open_archive
+from ..replay.scene import ScenePlan
+from .frames import MAX_VIEW_WORLDS, PoseWindow
+from .geometry import geom_meshes
+from .request import (check_listen, check_max_worlds, format_ids, is_loopback, markdown_text, parse_worlds, quiet,
+                      short_ids, url_for)
+
+__all__ = ["DEFAULT_MAX_WORLDS", "SPEEDS", "Viewer", "parse_worlds", "view"]
+
+#: Worlds shown at once unless `max_worlds` says otherwise (the hard limit is MAX_VIEW_WORLDS).
+DEFAULT_MAX_WORLDS = 16
+#: Playback speeds offered, as labels and factors of the archive's output_fps.
+SPEEDS = {"0.25×": 0.25, "0.5×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0}
+POLL_SECONDS = 0.5  # how often "Follow live" looks for newly committed frames
+SEND_HZ = 30.0  # the most frames per second sent while playing (faster playback skips frames)
+MAX_MARKS = 200  # episode starts marked on the slider; more are listed in the text only
+_NO_BODY = "none (free orbit)"
+_log = logging.getLogger(__name__)
+
+
+class _Drawn(NamedTuple):
+    """One geom's batched mesh: an instance per world, or one for a world-body plane (a floor), which
+    like the render's scene model appears once for the whole grid (copies of it would z-fight)."""
+
+    column: int  # in the PoseWindow's geoms
+    geom: int
+    handle: Any
+    shared: bool
+
+
+class Viewer:
+    """A running viewer; made by `mjarchive.view(..., block=False)`. A context manager.
+
+    `url`, `host` and `port` (the real one when port 0 was asked for); `world_ids` and `frame` shown
+    now, `n_frames` known; `seek(frame)` and `show_worlds(worlds)` act as the page's controls do.
+    """
+
+    def __init__(self, archive: Archive, *, owns_archive: bool, worlds: Any, frame: int, port: int, host: str,
+                 spacing: float, max_worlds: int):
+        try:
+            import viser
+        except ImportError:
+            raise BackendError("the viewer needs the 'viser' package; install it with: pip install 'mjarchive[view]'") \
+                from None
+        self._archive, self._owns_archive = archive, owns_archive
+        self._spacing, self._max_worlds = spacing, check_max_worlds(max_worlds)
+        self._lock = threading.RLock()  # guards the state below and what is sent
+        self._wake = threading.Event()
+        self._closed = False
+        self._window: PoseWindow | None = None
+        self._drawn: list[_Drawn] = []
+        self._labels: list[Any] = []
+        self._playing, self._speed, self._loop = False, 1.0, True
+        self._follow_live = archive.status == "live"
+        self._follow_body: int | None = None  # body id the cameras follow, in world self._follow_world
+        self._follow_world: int | None = None
+        self._follow_prev: dict[int, np.ndarray] = {}  # client id -> the target its camera was last moved to
+        self._pos = 0.0  # the playhead in frames, fractional while playing
+        self._target: int | None = None  # frame to show
+        self._shown: int | None = None  # frame on the handles now
+        self._target_from_slider = False  # the slider already shows the target: do not set it back
+        self._time = 0.0  # simulation time of the frame shown
+        self._starts: list[int] = []  # episode starts over the selected worlds
+
+        self._model = archive.model()
+        self._meshes = geom_meshes(self._model)
+        self._geoms = [m.geom for m in self._meshes]
+        self._fps = float(archive.output_fps or 30.0)
+        self._body_names = self._names()
+        ids = self._resolve(worlds)
+        n = archive.n_frames
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise SelectionError(f"frame must be an integer, got {frame!r}")
+        if not (-n <= frame < n if n else frame in (0, -1)):
+            raise SelectionError(f"frame {frame} is out of range: the archive has {n} committed frames (0..{n - 1})")
+        start = int(frame) % n if n else 0
+
+        self.host = host
+        listen_port = check_listen(host, port)
+        with quiet():
+            self._server = viser.ViserServer(host=host, port=listen_port, label="mjarchive", verbose=False)
+        try:
+            self.port = int(self._server.get_port()) or listen_port
+            self.url = url_for(host, self.port)
+            self._disable_sharing()
+            self._build_gui(ids)
+            with self._lock:
+                self._set_worlds(ids, reset_camera=True)
+                self._request(start)
+                if n:
+                    self._show(start)  # ready when returned: a page that connects now sees the frame
+            self._thread = threading.Thread(target=self._drive, name="mjarchive-view", daemon=True)
+            self._thread.start()
+        except BaseException:
+            self._shutdown()
+            raise
+
+    # -- public ------------------------------------------------------------------------------------------
+    @property
+    def world_ids(self) -> tuple[int, ...]:
+        return self._window.world_ids if self._window is not None else ()
+
+    @property
+    def frame(self) -> int | None:
+        """The frame on screen (None before the archive has a committed frame)."""
+        return self._shown
+
+    @property
+    def n_frames(self) -> int:
+        return self._window.n_frames if self._window is not None else 0
+
+    def seek(self, frame: int) -> None:
+        """Show `frame` (0 <= frame < n_frames) now, on every connected page."""
+        self._check_open()
+        with self._lock:
+            n = self.n_frames
+            if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)) or not 0 <= frame < n:
+                raise SelectionError(f"frame {frame!r} is out of range: the viewer knows {n} committed frames")
+            self._request(int(frame))
+            self._show(int(frame))
+
+    def show_worlds(self, worlds: Any) -> tuple[int, ...]:
+        """Show other worlds (IDs, a slice over IDs or text such as '0:8'); keeps camera and playhead."""
+        self._check_open()
+        ids = self._resolve(worlds)
+        with self._lock:
+            self._set_worlds(ids)
+            if self._shown is not None:
+                self._show(self._shown)
+        return ids
+
+    def serve_forever(self) -> None:
+        """Block until close() or Ctrl-C (KeyboardInterrupt, after closing)."""
+        try:
+            while not self._closed:
+                time.sleep(0.2)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the server and the reads; the page shows 'disconnected'. Closing twice is fine."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake.set()
+        if getattr(self, "_thread", None) is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._shutdown()
+
+    def __enter__(self) -> Viewer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self.url
+        return f"<mjarchive.view.Viewer {state} worlds={list(self.world_ids)[:8]} frame={self._shown}>"
+
+    # -- setup -----------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this viewer is closed; start another with mjarchive.view()")
+
+    def _shutdown(self) -> None:
+        self._closed = True
+        if self._window is not None:
+            self._window.close()
+        server = getattr(self, "_server", None)
+        if server is not None:
+            with quiet():
+                server.stop()
+        if self._owns_archive:
+            self._archive.close()
+
+    def _disable_sharing(self) -> None:
+        """viser lets any page ask for a public share.viser.studio tunnel to this server; the viewer has
+        no authentication, so that request is dropped (and the button hidden)."""
+        try:
+            from viser import _messages
+
+            self._server._websock_server.unregister_handler(_messages.ShareUrlRequest)
+        except Exception:  # another viser version: the hidden button still stands
+            _log.debug("could not remove viser's share-URL handler", exc_info=True)
+
+    def _names(self) -> dict[str, int]:
+        names: dict[str, int] = {}
+        for b in range(1, self._model.nbody):
+            name = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body {b}"
+            names[name if name not in names else f"{name} ({b})"] = b
+        return names
+
+    def _resolve(self, worlds: Any) -> tuple[int, ...]:
+        """Original world IDs to show, checked against the archive and the limit; SelectionError if not."""
+        archive = self._archive
+        if worlds is None:
+            return tuple(archive.world_ids[:self._max_worlds])
+        if isinstance(worlds, str):
+            worlds = parse_worlds(worlds)
+        ids = archive.select(worlds=worlds).world_ids  # reads nothing; unknown IDs raise SelectionError
+        if not ids:
+            raise SelectionError("no worlds selected; write original world IDs, e.g. 7,42 or 0:8")
+        if len(ids) > self._max_worlds:
+            more = (f" or start the viewer with a larger --max-worlds (at most {MAX_VIEW_WORLDS})"
+                    if self._max_worlds < MAX_VIEW_WORLDS else "")
+            raise SelectionError(f"{len(ids)} worlds selected, but this viewer shows at most {self._max_worlds} "
+                                 f"at once; select fewer, e.g. {format_ids(ids[:self._max_worlds])}{more}")
+        ScenePlan.grid(ids, self._spacing)  # refuses repeated IDs and a bad spacing
+        return tuple(int(w) for w in ids)
+
+    def _build_gui(self, ids: tuple[int, ...]) -> None:
+        gui, archive = self._server.gui, self._archive
+        gui.configure_theme(show_share_button=False, control_width="medium")
+        name = str(archive.location).rstrip("/").rsplit("/", 1)[-1]
+        gui.set_panel_label(f"mjarchive · {name}")
+        with gui.add_folder("Timeline"):
+            self._status = gui.add_markdown("loading…")
+            self._slider = gui.add_slider("Frame", min=0, max=max(archive.n_frames - 1, 0), step=1, initial_value=0,
+                                          disabled=archive.n_frames == 0)
+            self._play = gui.add_button("Play", hint="play or pause (at the chosen speed)")
+            self._step = gui.add_button_group("Step", ("◀ frame", "frame ▶"))
+            self._reset_nav = gui.add_button_group("Reset", ("◀ previous", "next ▶"))
+            self._speed_in = gui.add_dropdown("Speed", tuple(SPEEDS), initial_value="1×")
+            self._loop_in = gui.add_checkbox("Loop", True)
+            self._live_in = gui.add_checkbox("Follow live", self._follow_live,
+                                             hint="look for newly committed frames every 0.5 s")
+            self._resets = gui.add_markdown("")
+        with gui.add_folder("Worlds"):
+            self._worlds_in = gui.add_text("World IDs", format_ids(ids), hint="e.g. 7,42 or a range 0:8")
+            self._show_btn = gui.add_button("Show worlds")
+            self._message = gui.add_markdown(self._worlds_note(ids))
+        with gui.add_folder("Camera"):
+            self._body_in = gui.add_dropdown("Follow body", (_NO_BODY, *self._body_names), initial_value=_NO_BODY)
+            self._body_world_in = gui.add_number("Of world", int(ids[0]), step=1)
+            self._reset_view = gui.add_button("Reset view")
+
+        self._slider.on_update(self._on_slider)
+        self._play.on_click(lambda _: self._toggle_play())
+        self._step.on_click(lambda e: self._on_step(1 if e.target.value == "frame ▶" else -1))
+        self._reset_nav.on_click(lambda e: self._on_reset_nav(1 if e.target.value == "next ▶" else -1))
+        self._speed_in.on_update(lambda e: self._set(speed=SPEEDS.get(e.target.value, 1.0)))
+        self._loop_in.on_update(lambda e: self._set(loop=bool(e.target.value)))
+        self._live_in.on_update(lambda e: self._set(follow_live=bool(e.target.value)))
+        self._show_btn.on_click(lambda _: self._on_show_worlds())
+        self._body_in.on_update(lambda e: e.client is not None and self._on_follow_body())
+        self._body_world_in.on_update(lambda e: e.client is not None and self._on_follow_body())
+        self._reset_view.on_click(lambda _: self._reset_cameras())
+        if not hasattr(self._server, "initial_camera"):
+            self._server.on_client_connect(lambda client: self._reset_cameras([client]))
+
+    def _worlds_note(self, ids: Sequence[int]) -> str:
+        a = self._archive
+        return (f"Showing {len(ids)} of {a.n_worlds} worlds (at most {self._max_worlds} at once); "
+                f"recorded IDs: {format_ids(sorted(a.world_ids)) if a.n_worlds <= 12 else short_ids(a.world_ids)}")
+
+    # -- GUI callbacks (viser's thread pool); a value the server set itself has no client ------------------
+    def _on_slider(self, event: Any) -> None:
+        if event.client is None:
+            return
+        with self._lock:
+            if self.n_frames:
+                self._request(min(max(int(round(event.target.value)), 0), self.n_frames - 1), user=True)
+
+    def _toggle_play(self) -> None:
+        with self._lock:
+            n = self.n_frames
+            if not n:
+                return
+            self._playing = not self._playing
+            if self._playing and self._shown == n - 1 and not self._follow_live:
+                self._request(0)  # play again from the start
+            self._play.label = "Pause" if self._playing else "Play"
+            self._wake.set()
+
+    def _on_step(self, delta: int) -> None:
+        with self._lock:
+            if self.n_frames and self._shown is not None:
+                self._pause()
+                self._request(min(max(self._shown + delta, 0), self.n_frames - 1))
+
+    def _on_reset_nav(self, direction: int) -> None:
+        with self._lock:
+            if self._shown is None:
+                return
+            k = self._shown
+            later = [s for s in self._starts if s > k] if direction > 0 else [s for s in self._starts if s < k]
+            if later:
+                self._pause()
+                self._request(later[0] if direction > 0 else later[-1])
+
+    def _set(self, **state: Any) -> None:
+        with self._lock:
+            for key, value in state.items():
+                setattr(self, f"_{key}", value)
+            self._wake.set()
+
+    def _on_show_worlds(self) -> None:
+        try:
+            ids = self.show_worlds(self._worlds_in.value)
+        except MjArchiveError as exc:
+            self._message.content = f"**Not shown:** {markdown_text(str(exc))}"
+        except Exception as exc:  # a bug, not bad input: say so in the page and keep serving
+            _log.exception("switching worlds failed")
+            self._message.content = f"**Not shown** (unexpected error): {markdown_text(repr(exc))}"
+        else:
+            self._message.content = self._worlds_note(ids)
+
+    def _on_follow_body(self) -> None:
+        with self._lock:
+            body = self._body_names.get(self._body_in.value)
+            world = int(self._body_world_in.value)
+            if body is not None and world not in self.world_ids:
+                self._message.content = (f"**Camera:** world {world} is not shown; follow one of "
+                                         f"{format_ids(self.world_ids)}")
+                body = None
+            self._follow_body, self._follow_world = body, world
+            self._follow_prev.clear()
+            if self._shown is not None:
+                self._show(self._shown)
+
+    def _reset_cameras(self, clients: Sequence[Any] | None = None) -> None:
+        with self._lock:
+            self._follow_prev.clear()
+            position, look_at = self._home
+            for client in self._server.get_clients().values() if clients is None else clients:
+                with contextlib.suppress(Exception):  # a page that is just connecting or leaving
+                    client.camera.up_direction = (0.0, 0.0, 1.0)
+                    client.camera.position = position
+                    client.camera.look_at = look_at
+
+    # -- state changes (caller holds the lock) ------------------------------------------------------------------
+    def _request(self, frame: int, *, user: bool = False) -> None:
+        self._target, self._pos = frame, float(frame)
+        self._target_from_slider = user
+        self._wake.set()
+
+    def _pause(self) -> None:
+        if self._playing:
+            self._playing = False
+            self._play.label = "Play"
+
+    def _set_worlds(self, ids: tuple[int, ...], *, reset_camera: bool = False) -> None:
+        plan = ScenePlan.grid(ids, self._spacing)
+        window = PoseWindow(self._archive, self._model, ids, self._geoms)
+        if self._window is not None:
+            self._window.close()  # before the new window reads: both would use the one archive
+        self._window, self._plan = window, plan
+        self._offsets = np.asarray(plan.offsets, dtype=np.float64)  # (W, 3)
+        for d in self._drawn:
+            d.handle.remove()
+        for label in self._labels:
+            label.remove()
+        self._drawn = []
+        self._labels = [self._label(w, o + (0.0, -0.4 * self._spacing, 0.0)) for w, o in zip(ids, self._offsets)]
+        self._home = self._home_camera()
+        initial = getattr(self._server, "initial_camera", None)  # viser >= 1.1; older: set on connect
+        if initial is not None:
+            initial.position, initial.look_at, initial.up = self._home[0], self._home[1], (0.0, 0.0, 1.0)
+        if reset_camera:
+            self._reset_cameras()
+        if self._follow_world not in ids:
+            self._follow_body = None
+            if self._body_in.value != _NO_BODY:
+                self._body_in.value = _NO_BODY
+        self._follow_prev.clear()
+        self._worlds_in.value = format_ids(ids)
+        self._timeline_changed()
+        if self._shown is not None and self.n_frames:
+            self._request(min(self._shown, self.n_frames - 1))
+
+    def _label(self, world: int, position: np.ndarray) -> Any:
+        name, text, position = f"/labels/world_{world}", f"world {world}", tuple(map(float, position))
+        try:
+            return self._server.scene.add_label(name, text, position=position, anchor="top-center")
+        except TypeError:  # viser < 1.1 has no anchor
+            return self._server.scene.add_label(name, text, position=position)
+
+    def _home_camera(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Where the camera starts: looking along +y (MuJoCo's default azimuth, as the scene render's
+        first world top-left), far enough back to see the whole grid."""
+        span = float(np.ptp(self._offsets, axis=0).max()) if len(self._offsets) > 1 else 0.0
+        extent = float(self._model.stat.extent)
+        center = np.asarray(self._model.stat.center, dtype=np.float64) + self._offsets.mean(axis=0)
+        distance = 0.9 * span + 1.2 * extent + 0.5
+        elevation = math.radians(25.0)
+        eye = center + distance * np.array([0.0, -math.cos(elevation), math.sin(elevation)])
+        return tuple(map(float, eye)), tuple(map(float, center))
+
+    def _timeline_changed(self) -> None:
+        """The slider's range and marks, the resets list: after a refresh or a world switch."""
+        n = self.n_frames
+        self._slider.max = max(n - 1, 0)
+        self._slider.disabled = n == 0
+        per_world = {w: self._window.episode_starts(w) for w in self.world_ids} if n else {}
+        self._starts = sorted({s for starts in per_world.values() for s in starts if s > 0})
+        marks = tuple(self._starts) if len(self._starts) <= MAX_MARKS else ()
+        try:  # viser has no public setter for a slider's marks: assign the prop the constructor fills
+            from viser._messages import GuiSliderMark
+
+            self._slider._marks = tuple(GuiSliderMark(value=float(s), label=None) for s in marks) or None
+        except Exception:  # another viser version: the resets are still listed below
+            _log.debug("could not update the slider's marks", exc_info=True)
+        lines = []
+        for w, starts in per_world.items():
+            resets = [s for s in starts if s > 0]
+            shown = ", ".join(map(str, resets[:12])) + (f", … ({len(resets)} in all)" if len(resets) > 12 else "")
+            lines.append(f"world {w}: {shown or 'none'}")
+        self._resets.content = ("Resets (episode starts) — " + "; ".join(lines)) if lines else ""
+        if not n:
+            self._status.content = ("**frame – / 0** · no committed frames yet"
+                                    + (" · waiting for some (Follow live)" if self._follow_live else ""))
+
+    def _poll(self) -> None:
+        before, status = self.n_frames, self._archive.status
+        n = self._window.refresh()
+        if n == before:
+            if self._archive.status != status and self._shown is not None:  # the writer closed: finalized
+                self._status.content = self._status_text(self._shown, self._time)
+            return
+        self._timeline_changed()
+        at_end = self._shown is None or self._shown == before - 1
+        if n and at_end and not self._playing:
+            self._request(n - 1)  # following a live run: stay on its newest committed frame
+        elif self._shown is not None:
+            self._status.content = self._status_text(self._shown, self._time)
+
+    def _advance(self, dt: float) -> None:
+        n = self.n_frames
+        if not n:
+            return
+        self._pos += dt * self._fps * self._speed
+        if self._pos > n - 1:
+            if self._follow_live and self._archive.status == "live":
+                self._pos = float(n - 1)  # wait at the newest frame for more
+            elif self._loop:
+                self._pos = 0.0 if self._pos >= n else self._pos % n
+            else:
+                self._pos = float(n - 1)
+                self._pause()
+        frame = int(self._pos)
+        if frame != self._shown:
+            self._target, self._target_from_slider = frame, False
+
+    # -- drawing -------------------------------------------------------------------------------------------------
+    def _show(self, frame: int) -> None:
+        """Pose every handle for `frame` and move following cameras, as one atomic update."""
+        window = self._window
+        window.set_playhead(frame)
+        poses = window.poses(frame)  # SelectionError past the committed frames: never shown
+        pos = poses.geom_pos + self._offsets[:, None, :]  # (W, G, 3)
+        quat = poses.geom_quat
+        server = self._server
+        with server.atomic():
+            if not self._drawn:
+                self._draw(pos, quat)
+            for d in self._drawn:
+                if d.shared:
+                    continue  # world-body planes do not move
+                d.handle.batched_positions = pos[:, d.column]
+                d.handle.batched_wxyzs = quat[:, d.column]
+            if self._follow_body is not None and self._follow_world in self.world_ids:
+                w = self.world_ids.index(self._follow_world)
+                self._follow_cameras(poses.body_pos[w, self._follow_body] + self._offsets[w])
+            if not getattr(self, "_target_from_slider", False):
+                self._slider.value = frame
+            self._time = poses.time
+            self._status.content = self._status_text(frame, poses.time)
+        server.flush()
+        self._shown = frame
+
+    def _draw(self, pos: np.ndarray, quat: np.ndarray) -> None:
+        model, scene = self._model, self._server.scene
+        mean = self._offsets.mean(axis=0)
+        for column, mesh in enumerate(self._meshes):
+            g = mesh.geom
+            rgb = tuple(int(round(255 * c)) for c in mesh.rgba[:3])
+            opacity = float(mesh.rgba[3]) if mesh.rgba[3] < 1.0 else None
+            shared = model.geom_bodyid[g] == 0 and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE
+            if shared:  # once, centred on the grid and grown to cover it, as in the scene render
+                half = np.abs(mesh.vertices[:, :2]).max(axis=0).astype(np.float64)
+                spread = np.abs(self._offsets - mean)[:, :2].max(axis=0)
+                scales = np.ones((1, 3))
+                scales[0, :2] = (half + spread) / np.maximum(half, 1e-9)
+                positions, wxyzs = pos[:1, column] - self._offsets[:1] + mean, quat[:1, column]
+            else:
+                scales, positions, wxyzs = None, pos[:, column], quat[:, column]
+            handle = scene.add_batched_meshes_simple(
+                f"/worlds/geom_{g}", mesh.vertices, mesh.faces, batched_wxyzs=wxyzs, batched_positions=positions,
+                batched_scales=scales, batched_colors=rgb, opacity=opacity, lod="off",
+                cast_shadow=not shared, receive_shadow=True)
+            self._drawn.append(_Drawn(column, g, handle, bool(shared)))
+
+    def _follow_cameras(self, target: np.ndarray) -> None:
+        """Each page's camera looks at the body and moves with it, keeping its own offset."""
+        for client_id, client in self._server.get_clients().items():
+            with contextlib.suppress(Exception):  # a page that is just connecting or leaving
+                prev = self._follow_prev.get(client_id)
+                if prev is None:
+                    client.camera.look_at = target
+                else:
+                    client.camera.position = client.camera.position + (target - prev)  # moves look_at too
+                self._follow_prev[client_id] = target.copy()
+
+    def _status_text(self, frame: int, t: float) -> str:
+        n, a = self.n_frames, self._archive
+        state = "live" if a.status == "live" else "finalized"
+        return f"**frame {frame} / {n}** · t = {t:.3f} s · {state}"
+
+    def _report(self, exc: BaseException) -> None:
+        text = str(exc) if isinstance(exc, MjArchiveError) else f"unexpected error: {exc!r}"
+        with contextlib.suppress(Exception):
+            self._status.content = f"**Error:** {markdown_text(text)}"
+
+    # -- the driver thread ------------------------------------------------------------------------------------------
+    def _drive(self) -> None:
+        last = time.monotonic()
+        next_poll = last
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                dt, last = now - last, now
+                try:
+                    if self._follow_live and now >= next_poll:
+                        next_poll = now + POLL_SECONDS
+                        self._poll()
+                    if self._playing:
+                        self._advance(dt)
+                    target = self._target
+                    if target is not None and target != self._shown and self.n_frames:
+                        self._show(min(target, self.n_frames - 1))
+                        self._target_from_slider = False
+                except ClosedError:
+                    if self._closed:
+                        return
+                except Exception as exc:  # shown in the page; the server keeps running
+                    if not isinstance(exc, MjArchiveError):
+                        _log.exception("the viewer failed to show a frame")
+                    self._report(exc)
+                    self._pause()
+                    self._target = self._shown
+                if self._playing:
+                    timeout = 1.0 / SEND_HZ
+                else:
+                    timeout = max(0.0, next_poll - time.monotonic()) if self._follow_live else 1.0
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+
+def view(archive: Any, *, worlds: Any = None, frame: int = 0, port: int = 8080, host: str = "127.0.0.1",
+         storage_options: dict | None = None, spacing: float = 2.0, max_worlds: int = DEFAULT_MAX_WORLDS,
+         block: bool = True) -> Viewer | None:
+    """Serve a browser viewer of an archive's worlds and print its URL.
+
+    archive: a path or URL (opened here, with `storage_options` for s3:// and other fsspec URLs) or an
+    open `Archive` (left open). worlds: original IDs shown at first (a list, an ID, a slice over IDs or
+    text like '0:8'; default the first `max_worlds`); at most `max_worlds` at once (1..64). frame: the
+    first frame shown (negative: from the end). port: 0 picks a free one (see `.port`). host: 127.0.0.1
+    by default; any other address is reachable by others and the viewer has no authentication.
+    spacing: metres between neighbouring worlds, as `render(layout='scene')`.
+
+    block=True serves until Ctrl-C and returns None; block=False returns the running `Viewer` (a
+    context manager with `.url`, `.port`, `.close()`).
+
+        with mjarchive.view("run.mjarchive", worlds=[7, 42], port=0, block=False) as v:
+            print(v.url)
+    """
+    own = not isinstance(archive, Archive)
+    if own:
+        archive = open_archive(archive, storage_options=storage_options)
+    elif storage_options:
+        raise MjArchiveError("storage_options apply when opening an archive; pass a path or URL, not an Archive")
+    try:
+        viewer = Viewer(archive, owns_archive=own, worlds=worlds, frame=frame, port=port, host=host,
+                        spacing=spacing, max_worlds=max_worlds)
+    except BaseException:
+        if own:
+            archive.close()
+        raise
+    if not is_loopback(host):
+        print(f"mjarchive view: warning: listening on {host}, reachable from other machines, and the viewer "
+              "has no authentication; prefer the default 127.0.0.1 and an SSH tunnel "
+              f"(ssh -L {viewer.port}:localhost:{viewer.port} THIS-MACHINE)", file=sys.stderr)
+    if port and viewer.port != port:
+        print(f"mjarchive view: port {port} was taken; serving on {viewer.port}", file=sys.stderr)
+    print(f"mjarchive view: serving {len(viewer.world_ids)} world(s) of {archive.location} at {viewer.url} "
+          "(Ctrl-C to stop)" if block else f"mjarchive view: serving at {viewer.url}", flush=True)
+    if not block:
+        return viewer
+    with contextlib.suppress(KeyboardInterrupt):
+        viewer.serve_forever()
+    return None

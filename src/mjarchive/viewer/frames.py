@@ -1,0 +1,439 @@
+"""World poses of an archive's geoms and bodies at any committed frame, for a viewer's playhead.
+
+`PoseWindow` reads the selected worlds' qpos (and mocap) one stored chunk at a time, keeps at most
+`2 * window_chunks + 1` chunks, reads the chunks around and ahead of the playhead in a background
+thread, and runs `mj_kinematics` on the host for each frame asked for. Its memory is bounded
+whatever the archive's length, and it follows a live archive through `refresh()`.
+
+    with PoseWindow(archive, model, [0, 3], [m.geom for m in geom_meshes(model)]) as window:
+        window.set_playhead(120)
+        p = window.poses(120)       # p.geom_pos (2, G, 3), p.geom_quat (2, G, 4) wxyz, metres
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from .._errors import ClosedError, SelectionError
+
+__all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "PoseWindow"]
+
+#: The most worlds one window (one browser page) shows at once.
+MAX_VIEW_WORLDS = 64
+#: Frames whose computed poses are kept (scrubbing back and forth, several clients on one frame).
+POSE_CACHE_FRAMES = 8
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class FramePoses:
+    """Poses at one frame of the window's worlds (in `PoseWindow.world_ids` order), read-only arrays.
+
+    geom_pos (W, G, 3) float64 and geom_quat (W, G, 4) wxyz: world pose of each geom in the window's
+    `geoms` order (metres); body_pos (W, nbody, 3), body_quat (W, nbody, 4) wxyz: every body's
+    frame, e.g. for a camera that follows a body. `time` is the frame's simulation time (s).
+    """
+
+    frame: int
+    time: float
+    geom_pos: np.ndarray
+    geom_quat: np.ndarray
+    body_pos: np.ndarray
+    body_quat: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.geom_pos.nbytes + self.geom_quat.nbytes + self.body_pos.nbytes + self.body_quat.nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chunk:
+    index: int
+    start: int
+    stop: int  # frames [start, stop) are held; stop < start + chunk_frames for a last, partial chunk
+    qpos: np.ndarray  # (n, W, nq) as stored
+    mocap_pos: np.ndarray | None  # (n, W, nmocap, 3)
+    mocap_quat: np.ndarray | None
+    time: np.ndarray  # (n,)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.qpos, self.mocap_pos, self.mocap_quat, self.time) if a is not None)
+
+
+class PoseWindow:
+    """Poses of selected worlds at any committed frame, read lazily: a window of stored chunks
+    around the playhead, prefetched in a background thread, memory bounded whatever the archive's length.
+
+    `archive`: an open `mjarchive.Archive` (any store, live or finalized); `model`: its compiled
+    model (`archive.model()`); `world_ids`: 1..MAX_VIEW_WORLDS distinct original world IDs;
+    `geoms`: the geom ids whose poses `poses()` returns (e.g. those of `geom_meshes(model)`).
+    At most `2 * window_chunks + 1` stored chunks are held. Thread-safe: `poses()` may be called
+    from any number of threads. The window uses `archive` for reads and refreshes; close the
+    archive after the window.
+    """
+
+    def __init__(self, archive: Any, model: mujoco.MjModel, world_ids: Sequence[int], geoms: Sequence[int], *,
+                 window_chunks: int = 3, prefetch: bool = True):
+        archive.manifest.layout.check_compatible(model)
+        self.world_ids: tuple[int, ...] = _parse_worlds(archive, world_ids)
+        self._geoms = _parse_geoms(model, geoms)
+        if isinstance(window_chunks, bool) or not isinstance(window_chunks, (int, np.integer)) or window_chunks < 0:
+            raise SelectionError(f"window_chunks must be an integer >= 0, got {window_chunks!r}")
+        self._archive = archive
+        self._model = model
+        self._window_chunks = int(window_chunks)
+        self._capacity = 2 * self._window_chunks + 1
+        self._cf = int(archive.manifest.chunk_frames)
+        self._mocap = archive.nmocap > 0
+        self._geom_body = model.geom_bodyid[self._geoms]
+        self._geom_quat_local = np.array(model.geom_quat[self._geoms], dtype=np.float64)
+        # Archive I/O (reads and refresh) goes through one lock: a refresh replaces the reader's arrays,
+        # and the store wrappers are not documented as thread-safe. The prefetcher holds it for one chunk.
+        self._io_lock = threading.Lock()
+        self._cond = threading.Condition()  # guards everything below
+        self._n_frames = int(archive.n_frames)
+        self._chunks: collections.OrderedDict[int, _Chunk] = collections.OrderedDict()  # LRU order
+        self._loading: dict[int, threading.Event] = {}
+        self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
+        self._episodes: dict[int, list[int]] = {}
+        self._playhead: int | None = None
+        self._wanted_gen = 0  # bumped by set_playhead() and refresh(); the prefetcher works until it catches up
+        self._done_gen = 0
+        self._closed = False
+        self._datas: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()  # one MjData per concurrent caller
+        self._thread: threading.Thread | None = None
+        if prefetch:
+            self._thread = threading.Thread(target=self._prefetch_loop, name="mjarchive-view-prefetch", daemon=True)
+            self._thread.start()
+
+    # -- public API ------------------------------------------------------------------------------------
+    @property
+    def n_frames(self) -> int:
+        """Committed frames known to this window (as of opening or the last `refresh()`)."""
+        return self._n_frames
+
+    @property
+    def chunk_frames(self) -> int:
+        return self._cf
+
+    @property
+    def geoms(self) -> tuple[int, ...]:
+        return tuple(int(g) for g in self._geoms)
+
+    @property
+    def max_chunks(self) -> int:
+        """The most stored chunks the window holds: 2 * window_chunks + 1."""
+        return self._capacity
+
+    @property
+    def cached_chunks(self) -> tuple[int, ...]:
+        """Indices of the stored chunks held now (chunk c holds frames [c * chunk_frames, ...))."""
+        with self._cond:
+            return tuple(sorted(self._chunks))
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes one full chunk of the selected worlds takes in memory."""
+        lay = self._archive.manifest.layout
+        item = np.dtype(self._archive.manifest.dtype).itemsize
+        per_frame = len(self.world_ids) * (lay.nq + 7 * lay.nmocap) * item + 8
+        return self._cf * per_frame
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the window holds now: its chunks and its cached poses."""
+        with self._cond:
+            return sum(c.nbytes for c in self._chunks.values()) + sum(p.nbytes for p in self._poses.values())
+
+    @property
+    def max_memory_bytes(self) -> int:
+        """The bound on `memory_bytes`: max_chunks full chunks and POSE_CACHE_FRAMES frames of poses."""
+        W, G, nbody = len(self.world_ids), len(self._geoms), self._model.nbody
+        return self._capacity * self.chunk_bytes + POSE_CACHE_FRAMES * W * (G + nbody) * 7 * 8
+
+    def refresh(self) -> int:
+        """See frames committed since opening or the last refresh (a live archive); returns n_frames.
+
+        A last chunk that was read while partial is dropped, so its new frames are read again.
+        """
+        self._check_open()
+        with self._io_lock:
+            n = int(self._archive.refresh())
+            with self._cond:
+                if n < self._n_frames:  # never for a valid archive; start over rather than serve stale data
+                    self._chunks.clear()
+                    self._poses.clear()
+                else:
+                    for c in [c for c, ch in self._chunks.items() if ch.stop - ch.start < self._cf and ch.stop < n]:
+                        del self._chunks[c]
+                self._n_frames = n
+                self._episodes.clear()
+                self._wanted_gen += 1
+                self._cond.notify_all()
+        return n
+
+    def poses(self, frame: int) -> FramePoses:
+        """Poses of every selected world at `frame` (0 <= frame < n_frames). Raises SelectionError."""
+        self._check_open()
+        frame = self._check_frame(frame)
+        with self._cond:
+            hit = self._poses.get(frame)
+            if hit is not None:
+                self._poses.move_to_end(frame)
+                return hit
+        chunk = self._get_chunk(frame // self._cf, need=frame + 1)
+        out = self._kinematics(chunk, frame)
+        with self._cond:
+            self._poses[frame] = out
+            self._poses.move_to_end(frame)
+            while len(self._poses) > POSE_CACHE_FRAMES:
+                self._poses.popitem(last=False)
+        return out
+
+    def episode_starts(self, world_id: int) -> list[int]:
+        """Frames where the world's episodes start (frame 0 and each reset), cached until `refresh()`."""
+        self._check_open()
+        wid = int(world_id) if isinstance(world_id, (int, np.integer)) and not isinstance(world_id, bool) else world_id
+        with self._cond:
+            if wid in self._episodes:
+                return list(self._episodes[wid])
+        with self._io_lock:
+            with self._cond:
+                n = self._n_frames
+            # archive.episodes() would use the archive's own count, which an outside refresh may have moved.
+            starts = [r.start for r in self._archive.episodes(wid) if r.start < n]
+            with self._cond:
+                if n == self._n_frames:
+                    self._episodes[wid] = starts
+        return list(starts)
+
+    def set_playhead(self, frame: int) -> None:
+        """Hint: the chunks around `frame` (window_chunks each side) are read in the background."""
+        self._check_open()
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise SelectionError(f"the playhead must be an integer frame, got {frame!r}")
+        with self._cond:
+            self._playhead = int(frame)
+            self._wanted_gen += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the prefetcher and drop what the window holds; the archive stays open."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._cond:
+            self._chunks.clear()
+            self._poses.clear()
+            self._episodes.clear()
+
+    def __enter__(self) -> PoseWindow:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<PoseWindow worlds={list(self.world_ids)[:8]} frames={self._n_frames} "
+                f"chunks={len(self._chunks)}/{self._capacity}{' closed' if self._closed else ''}>")
+
+    # -- internals -----------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this PoseWindow is closed; make a new one")
+
+    def _check_frame(self, frame: Any) -> int:
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise SelectionError(f"frame must be an integer, got {frame!r}")
+        n = self._n_frames
+        if not 0 <= frame < n:
+            if not n:
+                raise SelectionError(f"frame {int(frame)} is out of range: the archive has no committed frames yet")
+            raise SelectionError(f"frame {int(frame)} is out of range: the window knows {n} committed frames "
+                                 f"(0..{n - 1}); call refresh() to see frames committed since")
+        return int(frame)
+
+    def _window(self, playhead: int, n: int) -> list[int]:
+        """Chunks to hold for this playhead, most wanted first: its own, those ahead, those behind."""
+        last = math.ceil(n / self._cf) - 1
+        if last < 0:
+            return []
+        c = min(max(playhead // self._cf, 0), last)
+        k = self._window_chunks
+        return ([c] + [c + i for i in range(1, k + 1) if c + i <= last]
+                + [c - i for i in range(1, k + 1) if c - i >= 0])
+
+    def _get_chunk(self, c: int, need: int) -> _Chunk:
+        """Chunk c holding at least frames up to `need` (exclusive): from the cache, from another
+        thread's read in flight, or read now."""
+        while True:
+            with self._cond:
+                self._check_open()
+                ch = self._chunks.get(c)
+                if ch is not None and ch.stop >= need:
+                    self._chunks.move_to_end(c)
+                    return ch
+                event = self._loading.get(c)
+                if event is None:
+                    event = self._loading[c] = threading.Event()
+                    break
+            event.wait()  # someone else reads it; then look again (their read may have failed or be short)
+        try:
+            ch = self._read_chunk(c)
+            with self._cond:
+                self._insert(ch)
+        finally:
+            with self._cond:
+                self._loading.pop(c, None)
+            event.set()
+        if ch.stop < need:  # a refresh shrank the archive under us: never for a valid archive
+            raise SelectionError(f"frame {need - 1} is no longer committed")
+        return ch
+
+    def _read_chunk(self, c: int) -> _Chunk:
+        with self._io_lock:
+            with self._cond:
+                n = self._n_frames
+            start, stop = c * self._cf, min((c + 1) * self._cf, n)
+            sel = self._archive.select(worlds=list(self.world_ids), frames=slice(start, stop))
+            qpos = sel.qpos
+            mpos = sel.mocap_pos if self._mocap else None
+            mquat = sel.mocap_quat if self._mocap else None
+            time = sel.time
+        return _Chunk(c, start, stop, qpos, mpos, mquat, time)
+
+    def _insert(self, ch: _Chunk) -> None:
+        """Add a chunk (caller holds _cond), evicting first chunks outside the playhead's window, then
+        the least recently used."""
+        old = self._chunks.get(ch.index)
+        if old is not None and old.stop >= ch.stop:
+            return
+        self._chunks[ch.index] = ch
+        self._chunks.move_to_end(ch.index)
+        if len(self._chunks) <= self._capacity:
+            return
+        wanted = set(self._window(self._playhead, self._n_frames)) if self._playhead is not None else set()
+        while len(self._chunks) > self._capacity:
+            victim = next((c for c in self._chunks if c not in wanted and c != ch.index),
+                          next(c for c in self._chunks if c != ch.index))
+            del self._chunks[victim]
+
+    def _kinematics(self, chunk: _Chunk, frame: int) -> FramePoses:
+        i = frame - chunk.start
+        W, G, nbody = len(self.world_ids), len(self._geoms), self._model.nbody
+        geom_pos = np.empty((W, G, 3))
+        body_pos = np.empty((W, nbody, 3))
+        body_quat = np.empty((W, nbody, 4))
+        try:
+            data = self._datas.get_nowait()
+        except queue.Empty:
+            data = mujoco.MjData(self._model)
+        try:
+            for w in range(W):
+                data.qpos[:] = chunk.qpos[i, w]
+                if chunk.mocap_pos is not None:
+                    data.mocap_pos[:] = chunk.mocap_pos[i, w]
+                    data.mocap_quat[:] = chunk.mocap_quat[i, w]
+                mujoco.mj_kinematics(self._model, data)
+                geom_pos[w] = data.geom_xpos[self._geoms]
+                body_pos[w] = data.xpos
+                body_quat[w] = data.xquat
+        finally:
+            self._datas.put(data)
+        # MuJoCo poses a geom as body frame ∘ local frame: geom_xmat is quat2mat(xquat[body] * geom_quat).
+        geom_quat = _quat_mul(body_quat[:, self._geom_body], self._geom_quat_local[None])
+        geom_quat /= np.linalg.norm(geom_quat, axis=-1, keepdims=True)
+        for a in (geom_pos, geom_quat, body_pos, body_quat):
+            a.flags.writeable = False
+        return FramePoses(frame=frame, time=float(chunk.time[i]), geom_pos=geom_pos, geom_quat=geom_quat,
+                          body_pos=body_pos, body_quat=body_quat)
+
+    def _prefetch_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (self._done_gen == self._wanted_gen or self._playhead is None):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                gen = self._wanted_gen
+                plan = self._window(self._playhead, self._n_frames)
+            for c in plan:
+                with self._cond:
+                    if self._closed or gen != self._wanted_gen:
+                        break
+                    n = self._n_frames
+                need = min((c + 1) * self._cf, n)
+                try:
+                    self._get_chunk(c, need)
+                except ClosedError:
+                    return
+                except Exception as exc:  # the foreground read of the same chunk raises it to the caller
+                    _log.debug("prefetching chunk %d failed: %r", c, exc)
+            else:
+                with self._cond:
+                    if gen == self._wanted_gen:
+                        self._done_gen = gen
+
+
+# -- validation and maths ---------------------------------------------------------------------------
+
+def _parse_worlds(archive: Any, world_ids: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(world_ids, (int, np.integer)) and not isinstance(world_ids, bool):
+        world_ids = [world_ids]
+    try:
+        ids = list(world_ids)
+    except TypeError:
+        raise SelectionError(f"world_ids must be a list of original world IDs, got {world_ids!r}") from None
+    if not 1 <= len(ids) <= MAX_VIEW_WORLDS:
+        raise SelectionError(f"a view shows 1 to {MAX_VIEW_WORLDS} worlds (MAX_VIEW_WORLDS), got {len(ids)}; "
+                             "pick fewer worlds")
+    for w in ids:
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+            raise SelectionError(f"world IDs must be integers, got {w!r}")
+        archive.world_index(w)  # SelectionError naming the recorded IDs
+    ids = [int(w) for w in ids]
+    dupes = sorted({w for w in ids if ids.count(w) > 1})
+    if dupes:
+        raise SelectionError(f"world IDs must be distinct; repeated: {dupes}")
+    return tuple(ids)
+
+
+def _parse_geoms(model: mujoco.MjModel, geoms: Sequence[int]) -> np.ndarray:
+    try:
+        g = np.asarray(list(geoms))
+    except TypeError:
+        raise SelectionError(f"geoms must be a list of geom ids, got {geoms!r}") from None
+    if g.size == 0:
+        return np.zeros(0, np.int64)
+    if g.ndim != 1 or g.dtype.kind not in "iu":
+        raise SelectionError(f"geoms must be a list of integer geom ids, got {geoms!r}")
+    bad = g[(g < 0) | (g >= model.ngeom)]
+    if bad.size:
+        raise SelectionError(f"geom id {int(bad[0])} is out of range: the model has {model.ngeom} geoms")
+    return g.astype(np.int64)
+
+
+def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product of wxyz quaternions, broadcast over leading axes (as mju_mulQuat)."""
+    aw, ax, ay, az = np.moveaxis(a, -1, 0)
+    bw, bx, by, bz = np.moveaxis(b, -1, 0)
+    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
+                     aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx,
+                     aw * bz + ax * by - ay * bx + az * bw], axis=-1)

@@ -1,0 +1,302 @@
+"""Triangle meshes of a model's drawn geoms, in each geom's own frame, for a browser viewer.
+
+`geom_meshes(model)` gives one `GeomMesh` per geom MuJoCo would draw with the given groups
+visible: primitives are tessellated here (at most 384 triangles each), mesh geoms use the
+compiled model's vertices and faces (already in the geom's frame: MuJoCo's compiler moves a
+mesh's vertices into its own frame and folds that offset into geom_pos/geom_quat), height fields
+become a grid. Pose a mesh with the geom's world position and orientation (`viewer.frames`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+
+import mujoco
+import numpy as np
+
+from .._errors import MjArchiveError
+
+__all__ = ["GeomMesh", "MAX_VIEW_VERTICES", "MAX_HFIELD_SAMPLES", "geom_meshes"]
+
+#: Vertices summed over every drawn geom; a model beyond it (hostile or huge) is refused.
+MAX_VIEW_VERTICES = 2_000_000
+#: A height field is subsampled to at most this many samples along each axis.
+MAX_HFIELD_SAMPLES = 256
+
+_SEGMENTS = 16  # around a revolved primitive's axis: a multiple of 4, so the extremes lie on vertices
+_RINGS = 6  # latitude steps per quarter circle (15°): the equator is a ring, so the bounding box is exact
+_DEFAULT_RGBA = (0.5, 0.5, 0.5, 1.0)
+_INFINITE_PLANE_HALF = 10.0  # an infinite plane (size 0) is drawn as a 20 m square
+
+
+@dataclasses.dataclass(frozen=True)
+class GeomMesh:
+    """A drawn geom as a triangle mesh.
+
+    `vertices` (V, 3) float32 in metres and in the geom's own frame; `faces` (F, 3) uint32 vertex
+    indices, counter-clockwise seen from outside; `rgba` in 0..1. Arrays are read-only and may be
+    shared between geoms that use the same mesh asset.
+    """
+
+    geom: int
+    vertices: np.ndarray
+    faces: np.ndarray
+    rgba: tuple[float, float, float, float]
+
+
+def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2)) -> list[GeomMesh]:
+    """One GeomMesh per drawn geom, in geom id order.
+
+    A geom is drawn when its group is in `groups` (MuJoCo's geom groups 0..5), its colour's alpha
+    is > 0 and its type has a surface here: plane, sphere, capsule, ellipsoid, cylinder, box,
+    mesh, height field. SDF geoms (a plugin's implicit surface) are skipped. Colour follows
+    MuJoCo's rule: a geom with a material and the default rgba (0.5 0.5 0.5 1) takes the
+    material's rgba; textures are not applied. Raises MjArchiveError when the meshes would hold
+    more than MAX_VIEW_VERTICES vertices in all.
+    """
+    visible = _parse_groups(groups)
+    chosen: list[tuple[int, tuple[float, float, float, float]]] = []
+    total = 0
+    for g in range(model.ngeom):
+        group = int(model.geom_group[g])
+        if group not in visible:
+            continue
+        rgba = _rgba(model, g)
+        if rgba[3] <= 0:
+            continue
+        n = _vertex_count(model, g)
+        if n is None:
+            continue
+        total += n
+        if total > MAX_VIEW_VERTICES:  # counted before anything is built: a hostile model allocates nothing
+            raise MjArchiveError(
+                f"the model's drawn geoms have more than {MAX_VIEW_VERTICES:,} vertices (MAX_VIEW_VERTICES), too "
+                "many to show in a browser; hide geom groups (groups=...) or simplify the meshes"
+            )
+        chosen.append((g, rgba))
+    shared: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # mesh id -> arrays, for geoms sharing an asset
+    out = []
+    for g, rgba in chosen:
+        built = _build(model, g, shared)
+        if built is not None:
+            v, f = built
+            out.append(GeomMesh(geom=g, vertices=v, faces=f, rgba=rgba))
+    return out
+
+
+# -- selection and colour ------------------------------------------------------------------------
+
+def _parse_groups(groups: Iterable[int]) -> frozenset[int]:
+    try:
+        out = frozenset(int(g) for g in groups)
+    except (TypeError, ValueError):
+        raise MjArchiveError(f"groups must be geom group numbers 0..{mujoco.mjNGROUP - 1}, got {groups!r}") from None
+    bad = sorted(g for g in out if not 0 <= g < mujoco.mjNGROUP)
+    if bad:
+        raise MjArchiveError(f"geom groups are 0..{mujoco.mjNGROUP - 1}; got {bad}")
+    return out
+
+
+def _rgba(model: mujoco.MjModel, g: int) -> tuple[float, float, float, float]:
+    rgba = tuple(float(x) for x in model.geom_rgba[g])
+    mat = int(model.geom_matid[g])
+    if mat >= 0 and np.allclose(rgba, _DEFAULT_RGBA, rtol=0, atol=1e-7):
+        rgba = tuple(float(x) for x in model.mat_rgba[mat])
+    return tuple(min(max(x, 0.0), 1.0) for x in rgba)  # type: ignore[return-value]
+
+
+def _hfield_steps(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices kept of height field h (the last row and column always)."""
+    nrow, ncol = int(model.hfield_nrow[h]), int(model.hfield_ncol[h])
+
+    def keep(n: int) -> np.ndarray:
+        step = max(1, math.ceil(n / MAX_HFIELD_SAMPLES))
+        return np.unique(np.r_[np.arange(0, n, step), n - 1])
+
+    return keep(nrow), keep(ncol)
+
+
+def _vertex_count(model: mujoco.MjModel, g: int) -> int | None:
+    """Vertices the geom's mesh will have; None for a geom that is not drawn here."""
+    t = int(model.geom_type[g])
+    G = mujoco.mjtGeom
+    if t == G.mjGEOM_PLANE:
+        return 4
+    if t in (G.mjGEOM_SPHERE, G.mjGEOM_ELLIPSOID):
+        return _SEGMENTS * (2 * _RINGS - 1) + 2
+    if t == G.mjGEOM_CAPSULE:
+        return _SEGMENTS * 2 * _RINGS + 2
+    if t == G.mjGEOM_CYLINDER:
+        return 4 * _SEGMENTS + 2
+    if t == G.mjGEOM_BOX:
+        return 24
+    if t == G.mjGEOM_MESH:
+        mid = int(model.geom_dataid[g])
+        return int(model.mesh_vertnum[mid]) if 0 <= mid < model.nmesh else None
+    if t == G.mjGEOM_HFIELD:
+        h = int(model.geom_dataid[g])
+        if not 0 <= h < model.nhfield or model.hfield_nrow[h] < 2 or model.hfield_ncol[h] < 2:
+            return None
+        rows, cols = _hfield_steps(model, h)
+        return len(rows) * len(cols) + 2 * (len(rows) + len(cols))
+    return None  # SDF (an implicit surface from a plugin), or a type added after this module
+
+
+# -- building ----------------------------------------------------------------------------------------
+
+def _build(model: mujoco.MjModel, g: int, shared: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    t = int(model.geom_type[g])
+    size = np.asarray(model.geom_size[g], dtype=np.float64)
+    G = mujoco.mjtGeom
+    if t == G.mjGEOM_MESH:
+        mid = int(model.geom_dataid[g])
+        if mid not in shared:
+            shared[mid] = _frozen(*_mesh(model, mid))
+        return shared[mid]
+    if t == G.mjGEOM_PLANE:
+        v, f = _plane(size)
+    elif t == G.mjGEOM_SPHERE:
+        v, f = _revolve(_arc(-math.pi / 2, math.pi / 2, 2 * _RINGS) * size[0])
+    elif t == G.mjGEOM_ELLIPSOID:
+        v, f = _revolve(_arc(-math.pi / 2, math.pi / 2, 2 * _RINGS))
+        v = v * size[:3]
+    elif t == G.mjGEOM_CAPSULE:
+        r, h = size[0], size[1]
+        lower = _arc(-math.pi / 2, 0.0, _RINGS) * r - [0.0, h]
+        upper = _arc(0.0, math.pi / 2, _RINGS) * r + [0.0, h]
+        v, f = _revolve(np.concatenate([lower, upper]))
+    elif t == G.mjGEOM_CYLINDER:
+        v, f = _cylinder(size[0], size[1])
+    elif t == G.mjGEOM_BOX:
+        v, f = _box(size[:3])
+    elif t == G.mjGEOM_HFIELD:
+        v, f = _hfield(model, int(model.geom_dataid[g]))
+    else:
+        return None
+    return _frozen(v, f)
+
+
+def _frozen(v: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = np.ascontiguousarray(v, dtype=np.float32)
+    f = np.ascontiguousarray(f, dtype=np.uint32)
+    v.flags.writeable = False
+    f.flags.writeable = False
+    return v, f
+
+
+def _mesh(model: mujoco.MjModel, mid: int) -> tuple[np.ndarray, np.ndarray]:
+    va, vn = int(model.mesh_vertadr[mid]), int(model.mesh_vertnum[mid])
+    fa, fn = int(model.mesh_faceadr[mid]), int(model.mesh_facenum[mid])
+    v = np.array(model.mesh_vert[va:va + vn], dtype=np.float32)
+    f = np.array(model.mesh_face[fa:fa + fn], dtype=np.int64)  # indices local to the mesh's vertices
+    if f.size and (f.min() < 0 or f.max() >= vn):
+        raise MjArchiveError(f"mesh {mid} has face indices outside its {vn} vertices")
+    return v, f
+
+
+def _arc(a0: float, a1: float, steps: int) -> np.ndarray:
+    """(steps + 1, 2) points (rho, z) on the unit circle from angle a0 to a1 (latitude)."""
+    a = np.linspace(a0, a1, steps + 1)
+    pts = np.stack([np.cos(a), np.sin(a)], axis=1)
+    pts[np.isclose(pts[:, 0], 0.0, atol=1e-12), 0] = 0.0  # poles exactly on the axis
+    return pts
+
+
+def _revolve(profile: np.ndarray, segments: int = _SEGMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """Revolve a (rho, z) profile, bottom to top, about z; a point with rho 0 is one vertex (a pole)."""
+    phi = np.linspace(0.0, 2 * math.pi, segments, endpoint=False)
+    c, s = np.cos(phi), np.sin(phi)
+    verts: list[np.ndarray] = []
+    rings: list[np.ndarray] = []  # per profile point: vertex index per segment
+    n = 0
+    for rho, z in profile:
+        if rho == 0.0:
+            verts.append(np.array([[0.0, 0.0, z]]))
+            rings.append(np.full(segments, n))
+            n += 1
+        else:
+            verts.append(np.stack([rho * c, rho * s, np.full(segments, z)], axis=1))
+            rings.append(np.arange(n, n + segments))
+            n += segments
+    faces = []
+    for lo, hi in zip(rings, rings[1:]):
+        a, b = lo, np.roll(lo, -1)
+        d, cc = hi, np.roll(hi, -1)
+        faces.append(np.stack([a, b, cc], axis=1))
+        faces.append(np.stack([a, cc, d], axis=1))
+    f = np.concatenate(faces)
+    f = f[(f[:, 0] != f[:, 1]) & (f[:, 1] != f[:, 2]) & (f[:, 0] != f[:, 2])]  # drop the collapsed pole halves
+    return np.concatenate(verts), f
+
+
+def _disk(r: float, z: float, up: bool, offset: int, segments: int = _SEGMENTS) -> tuple[np.ndarray, np.ndarray]:
+    phi = np.linspace(0.0, 2 * math.pi, segments, endpoint=False)
+    v = np.concatenate([[[0.0, 0.0, z]], np.stack([r * np.cos(phi), r * np.sin(phi), np.full(segments, z)], 1)])
+    ring = np.arange(1, segments + 1)
+    nxt = np.roll(ring, -1)
+    f = np.stack([np.zeros(segments, int), ring, nxt] if up else [np.zeros(segments, int), nxt, ring], axis=1)
+    return v, f + offset
+
+
+def _cylinder(r: float, h: float) -> tuple[np.ndarray, np.ndarray]:
+    # Side and caps do not share vertices, so a renderer's vertex normals keep the rim sharp.
+    side_v, side_f = _revolve(np.array([[r, -h], [r, h]]))
+    bot_v, bot_f = _disk(r, -h, False, len(side_v))
+    top_v, top_f = _disk(r, h, True, len(side_v) + len(bot_v))
+    return np.concatenate([side_v, bot_v, top_v]), np.concatenate([side_f, bot_f, top_f])
+
+
+def _box(half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    verts, faces = [], []
+    eye = np.eye(3)
+    for axis in range(3):
+        for sign in (1.0, -1.0):
+            u, w = eye[(axis + 1) % 3], eye[(axis + 2) % 3]
+            if sign < 0:
+                u, w = w, u  # u × w is the outward normal
+            center = sign * eye[axis] * half
+            corners = [center + (su * u + sw * w) * half for su, sw in ((-1, -1), (1, -1), (1, 1), (-1, 1))]
+            k = len(verts) * 4
+            verts.append(np.array(corners))
+            faces += [[k, k + 1, k + 2], [k, k + 2, k + 3]]
+    return np.concatenate(verts), np.array(faces)
+
+
+def _plane(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sx = size[0] if size[0] > 0 else _INFINITE_PLANE_HALF
+    sy = size[1] if size[1] > 0 else _INFINITE_PLANE_HALF
+    v = np.array([[-sx, -sy, 0.0], [sx, -sy, 0.0], [sx, sy, 0.0], [-sx, sy, 0.0]])
+    return v, np.array([[0, 1, 2], [0, 2, 3]])
+
+
+def _hfield(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top surface as a grid, walls down to the base at -size[3], and the base."""
+    nrow, ncol = int(model.hfield_nrow[h]), int(model.hfield_ncol[h])
+    sx, sy, sz, base = (float(x) for x in model.hfield_size[h])
+    adr = int(model.hfield_adr[h])
+    data = np.asarray(model.hfield_data[adr:adr + nrow * ncol], dtype=np.float64).reshape(nrow, ncol)
+    rows, cols = _hfield_steps(model, h)
+    # MuJoCo's layout: row r at y = -sy + 2 sy r / (nrow - 1), column c at x = -sx + 2 sx c / (ncol - 1).
+    y = -sy + 2 * sy * rows / (nrow - 1)
+    x = -sx + 2 * sx * cols / (ncol - 1)
+    z = data[np.ix_(rows, cols)] * sz
+    R, C = len(rows), len(cols)
+    X, Y = np.meshgrid(x, y)
+    top = np.stack([X, Y, z], axis=-1).reshape(-1, 3)
+    idx = np.arange(R * C).reshape(R, C)
+    a, b, c, d = idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]
+    faces = [np.stack([a, b, c], -1).reshape(-1, 3), np.stack([a, c, d], -1).reshape(-1, 3)]
+    # The perimeter, counter-clockwise seen from above, and a wall from it down to the base.
+    ring = np.concatenate([idx[0, :-1], idx[:-1, -1], idx[-1, :0:-1], idx[:0:-1, 0]])
+    n = len(top)
+    low = top[ring] * [1.0, 1.0, 0.0] - [0.0, 0.0, base]
+    lo = n + np.arange(len(ring))
+    hi = ring
+    lo2, hi2 = np.roll(lo, -1), np.roll(hi, -1)
+    faces += [np.stack([lo, lo2, hi2], 1), np.stack([lo, hi2, hi], 1)]
+    corners = np.array([[-sx, -sy, -base], [sx, -sy, -base], [sx, sy, -base], [-sx, sy, -base]])
+    k = n + len(ring)
+    faces.append(np.array([[k, k + 2, k + 1], [k, k + 3, k + 2]]))  # facing down
+    return np.concatenate([top, low, corners]), np.concatenate(faces)
