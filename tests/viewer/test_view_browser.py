@@ -25,6 +25,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from pathlib import Path
 
 import mujoco
@@ -74,6 +75,36 @@ def run(tmp_path_factory, humanoid_xml) -> Path:
 
 
 # -- the server-side poses (no browser) ----------------------------------------------------------------
+def test_hostile_names_values_and_poses_never_reach_the_page_raw(tmp_path):
+    """A body named like the 'no body' choice, a non-finite world number from a page, and a world
+    whose stored qpos is NaN (check_finite=False): the page gets messages, never NaN poses."""
+    spec = mujoco.MjSpec.from_string("""
+    <mujoco><worldbody><geom type="plane" size="2 2 .1"/>
+      <body name="none (free orbit)" pos="0 0 .3"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
+    </worldbody></mujoco>""")
+    model = spec.compile()
+    path = tmp_path / "hostile.mjarchive"
+    qpos = np.tile(model.qpos0, (3, 2, 1))
+    qpos[1, 1, :3] = np.nan
+    with mjarchive.create(path, spec, world_ids=[0, 1], dtype="float64", check_finite=False) as w:
+        w.append(np.arange(3) * 0.1, qpos)
+    with mjarchive.view(path, port=0, block=False) as v:
+        assert "none (free orbit)" not in v._body_names  # the label stays the 'no body' choice
+        v._body_in.value = "none (free orbit) (1)"
+        field = v._body_world_in
+        for bad in (float("nan"), float("inf"), 1e300):  # what a crafted page can send; viser's setter refuses some
+            v._body_world_in = types.SimpleNamespace(value=bad)
+            v._on_follow_body()
+            assert "not a world ID" in v._message.content and v._follow_body is None
+        v._body_world_in = field
+        v.seek(1)
+        positions = np.stack([d.handle.batched_positions for d in v._drawn if not d.shared])
+        assert np.isfinite(positions).all()
+        assert "not finite here: world 1" in v._status.content
+        v.seek(2)
+        assert "not finite" not in v._status.content
+
+
 def test_the_poses_sent_for_a_frame_are_the_kinematics_of_its_qpos_plus_the_grid_offsets(run):
     archive = mjarchive.open(run)
     model = archive.model()

@@ -354,7 +354,7 @@ def open(location: Any, mode: str = "r", *, storage_options: dict | None = None,
     raise MjArchiveError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
 
 
-_INT = r"[+-]?\d+"
+_INT = r"[+-]?[0-9]+"
 _SLICE_RE = re.compile(rf"^\s*({_INT})?\s*:\s*({_INT})?\s*(?::\s*({_INT})?\s*)?$")
 
 

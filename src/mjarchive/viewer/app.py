@@ -88,6 +88,7 @@ class Viewer:
         self._target_from_slider = False  # the slider already shows the target: do not set it back
         self._time = 0.0  # simulation time of the frame shown
         self._starts: list[int] = []  # episode starts over the selected worlds
+        self._invalid: list[int] = []  # worlds whose pose at the frame shown is not finite
 
         self._model = archive.model()
         self._meshes = geom_meshes(self._model)
@@ -212,10 +213,13 @@ class Viewer:
             _log.debug("could not remove viser's share-URL handler", exc_info=True)
 
     def _names(self) -> dict[str, int]:
+        """Dropdown label -> body id; names come from the archive: bounded, printable, never the
+        'no body' choice, each label once."""
         names: dict[str, int] = {}
         for b in range(1, self._model.nbody):
-            name = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body {b}"
-            names[name if name not in names else f"{name} ({b})"] = b
+            raw = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_BODY, b) or ""
+            name = "".join(ch for ch in raw if ch.isprintable())[:64] or f"body {b}"
+            names[name if name not in names and name != _NO_BODY else f"{name} ({b})"] = b
         return names
 
     def _resolve(self, worlds: Any) -> tuple[int, ...]:
@@ -336,11 +340,14 @@ class Viewer:
     def _on_follow_body(self) -> None:
         with self._lock:
             body = self._body_names.get(self._body_in.value)
-            world = int(self._body_world_in.value)
+            value = self._body_world_in.value
+            world = int(value) if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) < 2**63 else None
             if body is not None and world not in self.world_ids:
-                self._message.content = (f"**Camera:** world {world} is not shown; follow one of "
-                                         f"{format_ids(self.world_ids)}")
+                shown = "not a world ID" if world is None else f"world {world} is not shown"
+                self._message.content = f"**Camera:** {shown}; follow one of {format_ids(self.world_ids)}"
                 body = None
+            elif body is not None:
+                self._message.content = self._worlds_note(self.world_ids)
             self._follow_body, self._follow_world = body, world
             self._follow_prev.clear()
             if self._shown is not None:
@@ -477,6 +484,14 @@ class Viewer:
         poses = window.poses(frame)  # SelectionError past the committed frames: never shown
         pos = poses.geom_pos + self._offsets[:, None, :]  # (W, G, 3)
         quat = poses.geom_quat
+        # A diverged world (NaN or huge qpos, stored with check_finite=False) is drawn collapsed
+        # at its grid cell and named in the status line, never sent as NaN.
+        bad = ~(np.all(np.isfinite(pos) & (np.abs(pos) < 1e6), axis=(1, 2)) & np.all(np.isfinite(quat), axis=(1, 2)))
+        if bad.any():
+            quat = quat.copy()
+            pos[bad] = self._offsets[bad][:, None, :]
+            quat[bad] = (1.0, 0.0, 0.0, 0.0)
+        self._invalid = [w for w, b in zip(self.world_ids, bad) if b]
         server = self._server
         with server.atomic():
             if not self._drawn:
@@ -532,7 +547,11 @@ class Viewer:
     def _status_text(self, frame: int, t: float) -> str:
         n, a = self.n_frames, self._archive
         state = "live" if a.status == "live" else "finalized"
-        return f"**frame {frame} / {n}** · t = {t:.3f} s · {state}"
+        text = f"**frame {frame} / {n}** · t = {t:.3f} s · {state}"
+        invalid = self._invalid
+        if invalid:
+            text += f" · **not finite here: world {format_ids(invalid)}** (drawn collapsed)"
+        return text
 
     def _report(self, exc: BaseException) -> None:
         text = str(exc) if isinstance(exc, MjArchiveError) else f"unexpected error: {exc!r}"
