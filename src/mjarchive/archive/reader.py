@@ -19,7 +19,7 @@ from .format import (
     MAX_READ_CHUNKS,
     check_array,
 )
-from .manifest import Manifest, read_manifest
+from .manifest import read_manifest
 from .store import open_root
 from .verify import VerifyReport, verify_archive
 from .writer import open_writer

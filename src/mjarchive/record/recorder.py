@@ -302,7 +302,6 @@ class Recorder:
 
     def _create(self, nworld: int, backend: str) -> None:
         self._init_selection(nworld)
-        dtype = self._create_kwargs["dtype"]
         self._writer = create(self._location, self._bundle, world_ids=self._sel.tolist(),
                               backend=self._backend or backend,
                               tracks=self._track_specs, **self._create_kwargs)
