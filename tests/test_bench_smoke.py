@@ -151,3 +151,18 @@ def test_bench_view_quick_prints_metrics(tmp_path):
         value = float(metrics[name])
         assert math.isfinite(value) and value > 0, (name, value)
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+VARIANTS_BENCH = BENCH.parent / "bench_variants.py"
+
+
+def test_bench_variants_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_variants.py --quick: the recorded variants replay as the device held them,
+    one event per resetting world and frame is stored, and both sections print their ratios."""
+    proc, metrics = _run_quick(VARIANTS_BENCH, tmp_path, timeout=300)
+    assert metrics["check.values_in_force_equal_device_values"] == "True", proc.stdout[-3000:]
+    assert metrics["check.events_one_per_resetting_world"] == "True", proc.stdout[-3000:]
+    for name in ("record.variant_cost_per_frame.reset_1%",):
+        assert name in metrics, f"{name} missing:\n{proc.stdout[-3000:]}"
+    assert any(name.startswith("overlays.ratio.") and math.isfinite(float(v.split()[0])) for name, v in metrics.items())
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

@@ -470,11 +470,308 @@ def _(out):
     _forge_bundle(out, xml, {"sub.xml": sub.encode()})
 
 
+# -- format 1.1: variants and overlays -------------------------------------------------------------------
+VARIANTS = """<mujoco model="variants"><option timestep="0.0078125"/><worldbody>
+  <body name="arm"><joint name="hinge" axis="0 0 1"/><geom name="ball" size="0.1"/>
+  <geom name="box" type="box" size="0.1 0.1 0.1" pos="0.25 0 0"/></body>
+</worldbody></mujoco>"""
+
+
+def _write_variants(out: Path) -> dict:
+    """2 worlds × 5 frames: geom_rgba set for both at frame 0, world 1 changes at frame 3 (its
+    reset); geom_size of world 0 at frame 2. Exact dyadic values."""
+    import mjarchive
+
+    writer = mjarchive.create(out, mjarchive.ModelBundle.from_xml(VARIANTS), world_ids=[4, 9], output_fps=32.0,
+                              chunk_frames=2, variant_fields=("geom_rgba", "geom_size"))
+    rgba = np.array([[[1, 0, 0, 1], [0, 0.5, 0, 1]], [[0, 0, 1, 1], [0.25, 0.25, 0.25, 1]],
+                     [[0.75, 0.125, 0, 1], [0, 0, 0, 0.5]]], np.float32)
+    size = np.array([[0.0625, 0, 0], [0.125, 0.0625, 0.03125]])
+    events = {"geom_rgba": ([0, 0, 3], [0, 1, 1], rgba), "geom_size": ([2], [0], size[None])}
+    qpos = _data(5, 2, (1,), "float32", 1)
+    reset = np.zeros((5, 2), bool)
+    reset[0] = reset[3, 1] = True
+    writer.set_variant([4, 9], frame=0, geom_rgba=rgba[:2])
+    writer.set_variant(4, frame=2, geom_size=size)
+    writer.set_variant(9, frame=3, geom_rgba=rgba[2])
+    for f in range(5):
+        writer.append((f + 1) / 32.0, qpos[f], reset=reset[f])
+    writer.close()
+    _patch(out, lambda a: a.update(PINNED))
+    arrays = {"time": (np.arange(5) + 1) / 32.0, "qpos": qpos, "reset": reset}
+    for field, (frames, worlds, values) in events.items():
+        arrays |= {f"variants/{field}/frame": np.array(frames, np.int64),
+                   f"variants/{field}/world": np.array(worlds, np.int32),
+                   f"variants/{field}/value": values.astype("float32" if field == "geom_rgba" else "float64")}
+    return {"n_frames": 5, "world_ids": [4, 9], "status": "finalized", "arrays": arrays}
+
+
+def _write_overlays(out: Path) -> dict:
+    """2 worlds × 3 frames of points (variable counts), arrows and labels (anchored and not)."""
+    import mjarchive
+
+    Overlay = mjarchive.Overlay
+    writer = mjarchive.create(out, mjarchive.ModelBundle.from_xml(HINGE), world_ids=[0, 1], output_fps=32.0,
+                              chunk_frames=2, overlays={"target": Overlay.points(radius=0.03125, max_count=2),
+                                                        "command": Overlay.arrows(width=0.015625, max_count=1),
+                                                        "label": Overlay.text(max_count=2, max_chars=8)})
+    qpos = _data(3, 2, (1,), "float32", 1)
+    reset = np.zeros((3, 2), bool)
+    reset[0] = True
+    points = _data(3, 2, (2, 3), "float32", 5)
+    counts = np.array([[2, 0], [1, 2], [0, 0]], np.int32)
+    arrows = _data(3, 2, (1, 6), "float32", 6)
+    labels = [[["é"], [((0.5, 0.25, 1.0), "x=1")]], [[], ["a", "b"]], [["frame 2"], []]]
+    for f in range(3):
+        writer.append((f + 1) / 32.0, qpos[f], reset=reset[f], overlays={
+            "target": [points[f, w, :counts[f, w]] for w in range(2)], "command": arrows[f], "label": labels[f]})
+    writer.close()
+    _patch(out, lambda a: a.update(PINNED))
+    data = np.zeros((3, 2, 2, 3), np.float32)
+    for f in range(3):
+        for w in range(2):
+            data[f, w, :counts[f, w]] = points[f, w, :counts[f, w]]
+    text = np.zeros((3, 2, 2, 8), np.uint8)
+    anchors = np.zeros((3, 2, 2, 3), np.float32)
+    for f in range(3):
+        for w in range(2):
+            for i, label in enumerate(labels[f][w]):
+                pos, label = (None, label) if isinstance(label, str) else label
+                raw = label.encode()
+                text[f, w, i, :len(raw)] = np.frombuffer(raw, np.uint8)
+                anchors[f, w, i] = np.nan if pos is None else pos
+    label_counts = np.array([[len(x) for x in row] for row in labels], np.int32)
+    arrays = {"time": (np.arange(3) + 1) / 32.0, "qpos": qpos, "reset": reset,
+              "overlays/target/count": counts, "overlays/target/data": data,
+              "overlays/command/count": np.ones((3, 2), np.int32), "overlays/command/data": arrows,
+              "overlays/label/count": label_counts, "overlays/label/data": anchors, "overlays/label/text": text}
+    return {"n_frames": 3, "world_ids": [0, 1], "status": "finalized", "arrays": arrays}
+
+
+@case("valid-variants", expect="valid", note="format 1.1: geom_rgba and geom_size events; world 9 changes at frame 3")
+def _(out):
+    return _write_variants(out)
+
+
+@case("valid-overlays", expect="valid",
+      note="format 1.1: points with variable counts, arrows, labels; NaN anchors mean the world's first body")
+def _(out):
+    return _write_overlays(out)
+
+
+@case("valid-1.0-track-named-like-a-feature", expect="valid", rule="rules-beyond-the-schema",
+      note="a 1.0 archive may have a track named 'variants': the name is reserved only where the feature is used")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2, tracks={"xvariants": ((), "float32")})
+    (out / "xvariants").rename(out / "variants")
+    _patch(out, lambda a: a.update(tracks={"variants": a["tracks"]["xvariants"]}))
+    expected["arrays"]["variants"] = expected["arrays"].pop("xvariants")
+    return expected
+
+
+def _variants_broken(out: Path, change: Callable[[dict], Any] | None = None) -> None:
+    if "variants" not in _BASES:
+        base = out.parent / ".scratch" / "base-variants"
+        _write_variants(base)
+        _BASES["variants"] = base
+    shutil.copytree(_BASES["variants"], out)
+    if change is not None:
+        _patch(out, change)
+
+
+def _overlays_broken(out: Path, change: Callable[[dict], Any] | None = None) -> None:
+    if "overlays" not in _BASES:
+        base = out.parent / ".scratch" / "base-overlays"
+        _write_overlays(base)
+        _BASES["overlays"] = base
+    shutil.copytree(_BASES["overlays"], out)
+    if change is not None:
+        _patch(out, change)
+
+
+def _set_item(out: Path, key: str, index: Any, value: Any) -> None:
+    import zarr
+
+    zarr.open_group(out, mode="r+")[key][index] = value
+
+
+@case("required-feature-unknown", error="FormatVersionError", rule="required-features", match="teleport",
+      schema="valid", note="an archive that needs a feature this reader lacks is refused, not read without it")
+def _(out):
+    _variants_broken(out, lambda a: a["required_features"].append("teleport"))
+
+
+@case("required-feature-unknown-newer-minor", error="FormatVersionError", rule="required-features", match="upgrade",
+      schema="valid", note="format 1.9 is readable, but not when it requires a feature this reader lacks")
+def _(out):
+    _broken(out, format_version="1.9", required_features=["holograms"])
+
+
+@case("required-features-missing", rule="rules-beyond-the-schema", match="required_features", schema="valid",
+      note="variants present, but not declared as required: a 1.0 reader would render the worlds wrongly")
+def _(out):
+    _variants_broken(out, lambda a: a.pop("required_features"))
+
+
+@case("required-features-in-format-1.0", rule="rules-beyond-the-schema", match="1\\.1", schema="valid")
+def _(out):
+    _variants_broken(out, lambda a: a.update(format_version="1.0"))
+
+
+@case("variant-field-not-allowed", rule="root-attributes", match="allowed",
+      note="body_mass changes no pixel; only the allowed fields may vary")
+def _(out):
+    _variants_broken(out, lambda a: a["variants"].update(body_mass=a["variants"].pop("geom_size")))
+
+
+@case("variant-shape-differs-from-model", error="LayoutMismatchError", rule="events", match="geom_size",
+      schema="valid", note="3 geoms declared, the model has 2")
+def _(out):
+    import zarr
+
+    _variants_broken(out, lambda a: a["variants"]["geom_size"].update(shape=[3, 3]))
+    root = zarr.open_group(out, mode="r+")
+    rows = root["variants/geom_size/value"][:]
+    del root["variants/geom_size/value"]
+    import zarr.codecs
+
+    arr = root.create_array("variants/geom_size/value", shape=(1, 3, 3), chunks=(4096, 3, 3), dtype="float64",
+                            dimension_names=("event", "geom_size_0", "geom_size_1"), fill_value=0,
+                            compressors=zarr.codecs.ZstdCodec(level=3))
+    arr[0, :2] = rows[0]
+
+
+@case("variant-n-events-beyond-array", rule="commit", match="events", schema="valid")
+def _(out):
+    _variants_broken(out, lambda a: a["variants"]["geom_rgba"].update(n_events=4))
+
+
+@case("variant-event-frames-decreasing", rule="events", match="nondecreasing", schema="valid")
+def _(out):
+    _variants_broken(out)
+    _set_item(out, "variants/geom_rgba/frame", 1, 4)
+
+
+@case("variant-event-frame-uncommitted", rule="events", match="committed", schema="valid")
+def _(out):
+    _variants_broken(out)
+    _set_item(out, "variants/geom_rgba/frame", 2, 5)
+
+
+@case("variant-event-world-out-of-range", rule="events", match="world", schema="valid")
+def _(out):
+    _variants_broken(out)
+    _set_item(out, "variants/geom_rgba/world", 2, 2)
+
+
+@case("variant-event-frames-wrap-around", rule="events", match="nondecreasing", schema="valid",
+      note="frames 0, 2**63 - 1, -2**63, -1, 2: each difference is >= 0 once int64 subtraction wraps around "
+           "(np.diff), yet -2**63 and 2**63 - 1 are no committed frames; compare neighbours, never subtract")
+def _(out):
+    _variants_broken(out, lambda a: a["variants"]["geom_rgba"].update(n_events=5))
+    import zarr
+
+    root = zarr.open_group(out, mode="r+")
+    for key, rows in (("frame", [0, 2**63 - 1, -2**63, -1, 2]), ("world", [0, 1, 0, 1, 1])):
+        root[f"variants/geom_rgba/{key}"].resize((5,))
+        root[f"variants/geom_rgba/{key}"][:] = np.array(rows)
+    root["variants/geom_rgba/value"].resize((5, 2, 4))
+    root["variants/geom_rgba/value"][:] = np.full((5, 2, 4), 0.5, np.float32)
+
+
+@case("valid-variants-uncommitted-event-rows", expect="valid",
+      note="event arrays 65 chunks longer than n_events, as a writer leaves them that stored one commit's many "
+           "events and stopped before the commit: rows past n_events are no damage")
+def _(out):
+    expected = _write_variants(out)
+    for field in ("geom_rgba", "geom_size"):
+        for column in ("frame", "world", "value"):
+            _edit_doc(out / "variants" / field / column / "zarr.json",
+                      lambda d: d.update(shape=[d["shape"][0] + 4096 * 65, *d["shape"][1:]]))
+    return expected
+
+
+@case("variants-null", rule="root-attributes", match="variants",
+      note="`variants` is an object when present; null is not 'absent'")
+def _(out):
+    _variants_broken(out, lambda a: a.update(variants=None, required_features=[]))
+
+
+@case("variant-value-colour-out-of-range", rule="allowed-fields", match="\\[0, 1\\]", schema="valid")
+def _(out):
+    _variants_broken(out)
+    _set_item(out, "variants/geom_rgba/value", 1, np.full((2, 4), 2.0, np.float32))
+
+
+@case("variant-value-not-finite", rule="allowed-fields", match="finite", schema="valid")
+def _(out):
+    _variants_broken(out)
+    _set_item(out, "variants/geom_size/value", 0, np.full((2, 3), np.nan))
+
+
+@case("overlay-count-above-max", rule="overlays", match="count", schema="valid")
+def _(out):
+    _overlays_broken(out)
+    _set_item(out, "overlays/target/count", (1, 0), 3)
+
+
+@case("overlay-coordinate-not-finite", rule="overlays", match="finite", schema="valid")
+def _(out):
+    _overlays_broken(out)
+    _set_item(out, "overlays/command/data", (0, 1, 0, 2), np.inf)
+
+
+@case("overlay-label-not-utf8", rule="overlays", match="UTF-8", schema="valid")
+def _(out):
+    _overlays_broken(out)
+    _set_item(out, "overlays/label/text", (2, 0, 0, slice(0, 2)), np.array([0xC3, 0x28], np.uint8))
+
+
+@case("overlay-label-control-character", rule="overlays", match="control", schema="valid",
+      note="an escape sequence in a label would reach terminals and logs")
+def _(out):
+    _overlays_broken(out)
+    _set_item(out, "overlays/label/text", (1, 1, 0, 1), 0x1B)
+
+
+@case("overlay-text-too-large", rule="rules-beyond-the-schema", match="max_bytes", schema="valid",
+      note="max_count × max_bytes = 4096 × 1024: each in range, the product above 65536 per frame and world")
+def _(out):
+    _overlays_broken(out, lambda a: a["overlays"]["label"].update(max_count=4096, max_bytes=1024))
+
+
+@case("overlay-kind-unknown", rule="root-attributes", match="kind")
+def _(out):
+    _overlays_broken(out, lambda a: a["overlays"]["target"].update(kind="mesh"))
+
+
+@case("overlay-name-is-a-path", rule="root-attributes", match="name")
+def _(out):
+    _overlays_broken(out, lambda a: a["overlays"].update({"../target": a["overlays"].pop("target")}))
+
+
+@case("overlay-kind-not-a-string", rule="root-attributes", match="kind",
+      note="a JSON array as kind: a reader that looks it up in a table of kinds must not fail on an unhashable key")
+def _(out):
+    _overlays_broken(out, lambda a: a["overlays"]["target"].update(kind=["points"]))
+
+
 # -- writing and comparing -------------------------------------------------------------------------------
 def _to_json(expected: dict) -> dict:
-    arrays = {name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tolist()}
+    arrays = {name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": _json_values(a)}
               for name, a in expected["arrays"].items()}
     return {**{k: v for k, v in expected.items() if k != "arrays"}, "arrays": arrays}
+
+
+def _json_values(a: np.ndarray) -> Any:
+    """Nested lists; NaN (label anchors) as the string "NaN", since JSON has no NaN."""
+    return _nan_strings(a.tolist()) if a.dtype.kind == "f" and np.isnan(a).any() else a.tolist()
+
+
+def _nan_strings(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_nan_strings(v) for v in values]
+    return "NaN" if values != values else values
 
 
 def write_cases(directory: Path, *, runtime: bool = False) -> dict[str, dict]:

@@ -9,7 +9,8 @@ Protocol: the reader is a Python callable `read(path: str) -> dict` that opens t
 every array, the model bundle with its safety checks, and the compiled model's layout), and
 returns {"n_frames": int, "world_ids": [int], "status": str, "arrays": {name: array-like}}, where
 `arrays` holds the committed frames of `time`, `qpos`, `reset`, `mocap_pos`/`mocap_quat` (when
-nmocap > 0) and every track. It refuses an invalid archive by raising an exception. A valid case
+nmocap > 0) and every track, and (format 1.1) by store key every overlay array's committed frames
+and the first `n_events` rows of every variant event array. It refuses an invalid archive by raising an exception. A valid case
 passes when every expected array is returned with the same dtype, shape and bits; an invalid case
 passes when the reader raises. With `--error-classes`, the exception's class (or a base class)
 must also be named like the case's `error`; with `--messages`, its message must match `match`.
@@ -39,6 +40,7 @@ def mjarchive_reader(path: str) -> dict[str, Any]:
 
     with mjarchive.open(path) as archive:
         archive.bundle.compile()  # the bundle's safety checks, then MuJoCo
+        archive.model()  # the layout (and variant shapes) against the compiled model
         report = archive.verify()  # missing chunks, hashes, layout against the compiled model
         if not report.ok:
             raise FormatError(str(report))
@@ -47,6 +49,13 @@ def mjarchive_reader(path: str) -> dict[str, Any]:
         if archive.nmocap:
             arrays |= {"mocap_pos": sel.mocap_pos, "mocap_quat": sel.mocap_quat}
         arrays |= {name: sel.track(name) for name in archive.tracks}
+        for name in archive.overlays:  # format 1.1
+            frames = sel.overlay(name)
+            arrays |= {f"overlays/{name}/count": frames.count, f"overlays/{name}/data": frames.data}
+            if frames.text_bytes is not None:
+                arrays[f"overlays/{name}/text"] = frames.text_bytes
+        for field in archive.variant_fields:
+            arrays |= {f"variants/{field}/{k}": v for k, v in archive.variant_events(field).items()}
         return {"n_frames": archive.n_frames, "world_ids": list(archive.world_ids), "status": archive.status,
                 "arrays": arrays}
 

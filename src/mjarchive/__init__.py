@@ -29,6 +29,7 @@ from ._errors import (
 )
 from .archive.format import FORMAT_VERSION
 from .archive.manifest import Manifest, TrackSpec
+from .archive.overlays import Overlay, OverlayFrames
 from .archive.reader import Archive, Selection, VerifyReport, open
 from .archive.writer import ArchiveWriter, create
 
@@ -97,6 +98,8 @@ __all__ = [
     "Manifest",
     "MjArchiveError",
     "ModelBundle",
+    "Overlay",
+    "OverlayFrames",
     "QposLayout",
     "Recorder",
     "Selection",

@@ -219,10 +219,30 @@ def crash_expected(start: int, stop: int) -> dict[str, np.ndarray]:
     }
 
 
+def crash_variant(frame: int, world: int, ngeom: int) -> np.ndarray:
+    """The geom_rgba a crash trial sets for a world at its reset frame: exact, in [0, 1]."""
+    v = np.full((ngeom, 4), ((frame * 7 + world) % 16) / 16.0, np.float32)
+    v[:, 3] = 1.0
+    return v
+
+
+def crash_events(stop: int, ngeom: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frame, world position, value) of every variant event of frames [0, stop), in order."""
+    reset = crash_expected(0, stop)["reset"]
+    frames, worlds = np.nonzero(reset)
+    values = np.stack([crash_variant(f, w, ngeom) for f, w in zip(frames, worlds)]) if len(frames) else (
+        np.zeros((0, ngeom, 4), np.float32))
+    return frames.astype(np.int64), worlds.astype(np.int32), values
+
+
 def crash_append(writer: Any, start: int, stop: int) -> None:
-    """Append frames [start, stop) of a crash trial (one frame if stop == start + 1)."""
+    """Append frames [start, stop) of a crash trial (one frame if stop == start + 1), with a
+    geom_rgba variant event for every world at every frame where it resets."""
     e = crash_expected(start, stop)
     t = crash_time(start, stop)
+    ngeom = writer.manifest.variants["geom_rgba"].shape[0]
+    for f, w in zip(*np.nonzero(e["reset"])):
+        writer.set_variant(writer.world_ids[w], frame=start + int(f), geom_rgba=crash_variant(start + int(f), int(w), ngeom))
     if stop - start == 1:
         writer.append(t[0], e["qpos"][0], mocap_pos=e["mocap_pos"][0], mocap_quat=e["mocap_quat"][0],
                       reset=e["reset"][0], reward=e["reward"][0])
@@ -248,7 +268,8 @@ def crash_child_main(argv: list[str]) -> None:
     rng = np.random.default_rng(seed)
     fd = os.open(progress, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     writer = mjarchive.create(path, mjarchive.ModelBundle.from_xml(hinge_chain_xml(CRASH_NQ, n_mocap=1)),
-                              world_ids=[11, 3, 25], chunk_frames=chunk_frames, tracks={"reward": ()})
+                              world_ids=[11, 3, 25], chunk_frames=chunk_frames, tracks={"reward": ()},
+                              variant_fields=("geom_rgba",))
     os.write(fd, b"created 0\n")
     n = 0
     while n < max_frames:
@@ -402,6 +423,13 @@ def check_archive_frames(archive: Any, start: int, stop: int) -> list[str]:
         if got.shape != values.shape or not np.array_equal(got, values.astype(got.dtype)) or \
                 got.tobytes() != values.astype(got.dtype).tobytes():
             problems.append(f"{name} differs from what was appended in frames [{start}, {stop})")
+    if start == 0 and "geom_rgba" in archive.variant_fields:  # events commit with the frames they start at
+        got = archive.variant_events("geom_rgba")
+        got = {k: v[got["frame"] < stop] for k, v in got.items()}
+        want = crash_events(stop, archive.manifest.variants["geom_rgba"].shape[0])
+        if any(g.shape != w.shape or g.tobytes() != w.tobytes() for g, w in zip(got.values(), want)):
+            problems.append(f"variant events differ from those of frames [0, {stop}) "
+                            f"({len(got['frame'])} stored, {len(want[0])} expected)")
     return problems
 
 

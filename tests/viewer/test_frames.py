@@ -543,3 +543,184 @@ def test_vertex_limit_refuses_huge_models(monkeypatch, aloha_xml):
         geom_meshes(model)
     monkeypatch.setattr(geometry, "MAX_VIEW_VERTICES", total)
     assert len(geom_meshes(model)) == len(geom_meshes(model, groups=(0, 1, 2)))
+
+
+# -- format 1.1: variants and overlays -----------------------------------------------------------------------
+
+ARM_XML = """<mujoco>
+  <worldbody>
+    <body name="base" pos="0 0 1"><joint type="hinge" axis="0 1 0"/><geom type="box" size=".1 .1 .1"/>
+      <body name="arm" pos=".3 0 0"><geom name="tip" type="box" size=".05 .02 .01" pos=".1 0 0"/></body>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def _variant_archive(tmp_path, n=12, change=6):
+    """Worlds 4 and 9; world 9's arm moves up 0.5 m and its tip geom turns about x from frame `change` on."""
+    xml = tmp_path / "arm.xml"
+    xml.write_text(ARM_XML)
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    arm, tip = model.body("arm").id, model.geom("tip").id
+    moved = model.body_pos.copy()
+    moved[arm] += (0.0, 0.0, 0.5)
+    turned = model.geom_quat.copy()
+    turned[tip] = (np.cos(0.4), np.sin(0.4), 0.0, 0.0)
+    path = tmp_path / "arm.mjarchive"
+    q = random_qpos(model, n, 2, seed=4)
+    with mjarchive.create(path, xml, world_ids=[4, 9], chunk_frames=4,
+                          variant_fields=("body_pos", "geom_quat", "geom_rgba")) as writer:
+        for f in range(n):
+            if f == change:
+                writer.set_variant(9, body_pos=moved, geom_quat=turned)
+            writer.append(0.01 * (f + 1), q[f])
+    return path, model, arm, tip, moved
+
+
+def test_kinematic_variants_move_a_world_from_its_change_on_and_no_other(tmp_path):
+    path, model, arm, tip, moved = _variant_archive(tmp_path)
+    base_pos = model.body_pos.copy()
+    with mjarchive.open(path) as archive:
+        shown = archive.model()
+        geoms = [m.geom for m in geom_meshes(shown)]
+        with PoseWindow(archive, shown, [9, 4], geoms, window_chunks=1) as window:
+            assert window.variant_segments(5) == (0, 0) and window.variant_segments(6) == (1, 0)
+            assert window.variant_segments(11) == (1, 0)
+            np.testing.assert_array_equal(window.variant(9, 7)["body_pos"], moved)
+            np.testing.assert_array_equal(window.variant(9, 5)["body_pos"], base_pos)
+            np.testing.assert_array_equal(window.variant(4, 11)["body_pos"], base_pos)
+            with pytest.raises(SelectionError, match="not shown"):
+                window.variant(7, 0)
+            for frame in (11, 0, 5, 6, 7, 3, 8):  # across chunk boundaries, both sides of the change
+                p = window.poses(frame)
+                # The expected poses: each world's own model at that frame, compiled and set by the archive.
+                expected = []
+                for w in (9, 4):
+                    own = archive.model(world=w, frame=frame)
+                    expected += expected_poses(archive, own, [w], geoms, frame)
+                check_poses(p, expected, frame, archive)
+                plain = expected_poses(archive, shown, [9, 4], geoms, frame)
+                # World 9 moves from frame 6 on, world 4 never.
+                np.testing.assert_allclose(p.body_pos[1], plain[1][2], atol=1e-12)
+                if frame < 6:
+                    np.testing.assert_allclose(p.body_pos[0], plain[0][2], atol=1e-12)
+                else:
+                    gap = np.linalg.norm(p.body_pos[0, arm] - plain[0][2][arm])
+                    assert gap == pytest.approx(0.5, abs=1e-9)
+                    column = geoms.index(tip)
+                    assert not np.allclose(p.geom_quat[0, column], _quat(plain[0][1][column]), atol=1e-6)
+            np.testing.assert_array_equal(shown.body_pos, base_pos)  # the caller's model is never written
+            assert window.memory_bytes <= window.max_memory_bytes
+
+
+def test_a_same_frame_geom_moved_by_its_world_is_posed_as_the_archive_model_poses_it(tmp_path):
+    """The base box sits at its body's frame ("same frame", its geom_pos ignored by MuJoCo unless the flag is
+    cleared): world 9 moves it 0.2 m along x; the window poses it as that world's own model does
+    (`Archive.model`, `archive.variants.apply_variant`), and world 4's where its model's is."""
+    from mjarchive.archive.variants import VARIANT_FIELDS
+    from mjarchive.viewer.frames import POSE_FIELDS
+
+    # The fields set before kinematics are the archive's kinematic ones of what the viewer draws.
+    assert set(POSE_FIELDS) == {f for f, r in VARIANT_FIELDS.items() if r.kinematic and r.size in ("ngeom", "nbody")}
+    xml = tmp_path / "arm.xml"
+    xml.write_text(ARM_XML)
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    box = 0
+    assert model.geom_sameframe[box] != 0  # the case under test
+    geom_pos = model.geom_pos.copy()
+    geom_pos[box, 0] += 0.2
+    path = tmp_path / "box.mjarchive"
+    q = random_qpos(model, 4, 2, seed=1)
+    with mjarchive.create(path, xml, world_ids=[4, 9], chunk_frames=4, variant_fields=("geom_pos",)) as writer:
+        writer.set_variant(9, geom_pos=geom_pos)
+        writer.append(0.01 * np.arange(1, 5), q)
+    with mjarchive.open(path) as archive:
+        shown = archive.model()
+        geoms = [m.geom for m in geom_meshes(shown)]
+        with PoseWindow(archive, shown, [9, 4], geoms, window_chunks=0, prefetch=False) as window:
+            for frame in range(4):
+                expected = [expected_poses(archive, archive.model(world=w, frame=frame), [w], geoms, frame)[0]
+                            for w in (9, 4)]
+                check_poses(window.poses(frame), expected, frame, archive)
+                plain = expected_poses(archive, shown, [9], geoms, frame)[0][0]
+                moved = window.poses(frame).geom_pos[0, geoms.index(box)] - plain[geoms.index(box)]
+                assert np.linalg.norm(moved) == pytest.approx(0.2, abs=1e-9)
+
+
+def test_one_colour_rule_for_a_geom_and_for_worlds():
+    from mjarchive.viewer.geometry import _rgba, drawn_rgba
+
+    xml = """<mujoco><asset><material name="m" rgba=".1 .2 .3 1"/></asset><worldbody>
+    <geom type="sphere" size=".1" material="m"/><geom type="sphere" size=".1" material="m" rgba="1 0 0 1"/>
+    <geom type="sphere" size=".1"/><geom type="sphere" size=".1" rgba="2 -1 .5 1"/></worldbody></mujoco>"""
+    model = mujoco.MjModel.from_xml_string(xml)
+    one = np.array([_rgba(model, g) for g in range(model.ngeom)])
+    np.testing.assert_allclose(one, [[0.1, 0.2, 0.3, 1], [1, 0, 0, 1], [0.5, 0.5, 0.5, 1], [1, 0, 0.5, 1]], atol=1e-7)
+    # Per world (leading axis): world 1's material is paler, and its third geom takes it.
+    matid = np.stack([model.geom_matid, [0, 0, 0, -1]])
+    mats = np.stack([model.mat_rgba, [[0.9, 0.9, 0.9, 1.0]]])
+    rgba = drawn_rgba(np.stack([model.geom_rgba] * 2), matid, mats)
+    np.testing.assert_allclose(rgba[0], one)
+    np.testing.assert_allclose(rgba[1], [[0.9, 0.9, 0.9, 1], [1, 0, 0, 1], [0.9, 0.9, 0.9, 1], [1, 0, 0.5, 1]], atol=1e-7)
+    # Shared materials, and a model without any.
+    np.testing.assert_allclose(drawn_rgba(np.stack([model.geom_rgba] * 2), matid, model.mat_rgba)[1, 2],
+                               model.mat_rgba[0], atol=1e-7)
+    assert drawn_rgba(model.geom_rgba[None], np.full((1, 4), -1), np.zeros((0, 4))).shape == (1, 4, 4)
+
+
+def _quat(mat9):
+    q = np.empty(4)
+    mujoco.mju_mat2Quat(q, mat9)
+    return q
+
+
+def test_a_window_without_variants_or_overlays_reads_and_computes_nothing_more(humanoid_archive, humanoid_model):
+    archive = humanoid_archive
+    calls = []
+    for name in ("variant", "variant_changes"):
+        setattr(archive, name, lambda *a, name=name: calls.append(name))
+    try:
+        with PoseWindow(archive, humanoid_model, [7], [0]) as window:
+            window.poses(3)
+            assert window.variant_segments(3) == () and window.variant(7, 3) == {}
+            assert window.overlays(3) == {}
+    finally:
+        del archive.variant, archive.variant_changes
+    assert calls == []
+
+
+def test_overlay_frames_become_scene_primitives_with_the_grid_offsets(tmp_path):
+    from mjarchive.replay.overlay_draw import frame_primitives
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text(ARM_XML)
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    path = tmp_path / "overlays.mjarchive"
+    overlays = {"target": mjarchive.Overlay.points(radius=0.05, max_count=3),
+                "push": mjarchive.Overlay.arrows(width=0.01, max_count=2),
+                "note": mjarchive.Overlay.text(max_count=2)}
+    q = random_qpos(model, 6, 3, seed=2)
+    with mjarchive.create(path, xml, world_ids=[5, 6, 8], chunk_frames=4, overlays=overlays) as writer:
+        for f in range(6):
+            writer.append(0.01 * (f + 1), q[f], overlays={
+                "target": [np.full((f % 3, 3), f, float), None, [[1.0, 2.0, 3.0]]],
+                "push": [[[0, 0, 0, 0, 0, 1]], [[1, 1, 1, 1, 1, 1]], None],  # world 6's has no length
+                "note": [[f"f{f}"], [], [((0.5, 0.0, 0.0), "here"), "body"]]})
+    offsets = np.array([[-2.0, 0, 0], [0, 0, 0], [2.0, 0, 0]])
+    with mjarchive.open(path) as archive, PoseWindow(archive, archive.model(), [8, 5, 6], [0]) as window:
+        assert window.chunk_bytes == 4 * (3 * (model.nq * 4 + (4 + 3 * 12) + (4 + 2 * 24) + (4 + 2 * (12 + 64))) + 8)
+        for frame in (5, 1, 2, 4):
+            tracks = window.overlays(frame)
+            assert set(tracks) == {"target", "push", "note"}
+            anchors = window.poses(frame).body_pos[:, 1]
+            points = frame_primitives(*tracks["target"], offsets, anchors)
+            n5 = frame % 3
+            want = np.concatenate([[[1.0, 2.0, 3.0]], np.full((n5, 3), frame)]) + np.repeat(offsets[:2], [1, n5], 0)
+            np.testing.assert_allclose(points.positions, want)
+            assert points.world.tolist() == [0] + [1] * n5 and len(points) == 1 + n5
+            arrows = frame_primitives(*tracks["push"], offsets, anchors)
+            np.testing.assert_allclose(arrows.positions, [[[0, 0, 0], [0, 0, 1]]])  # world 5's only, at offset 0
+            text = frame_primitives(*tracks["note"], offsets, anchors)
+            assert text.labels == ("here", "body", f"f{frame}")
+            np.testing.assert_allclose(text.positions, [[-1.5, 0, 0], anchors[0] + offsets[0], anchors[1] + offsets[1]])
+        assert window.memory_bytes <= window.max_memory_bytes

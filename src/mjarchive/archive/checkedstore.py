@@ -72,7 +72,7 @@ class _ArrayInfo:
     shape: tuple[int, ...]
     chunks: tuple[int, ...]  # the chunk grid (shards, when sharded)
     sep: str
-    frame_axis: bool  # chunks of frame < n_frames must exist
+    frame_axis: str | None  # "frames", or "events/<field>": chunks of committed items must exist
     error: str | None = None
     chain: _Chain | None = None
     # sharded arrays
@@ -115,8 +115,7 @@ def _array_info(path: str, meta: dict) -> _ArrayInfo:
     shape = tuple(int(s) for s in meta["shape"])
     grid = meta["chunk_grid"]
     chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
-    frame_axis = "/" not in path and path != "world_id" and len(shape) >= 1
-    info = _ArrayInfo(path, shape, chunks, "/", frame_axis)
+    info = _ArrayInfo(path, shape, chunks, "/", _committed_axis(path, shape))
     try:
         if grid.get("name") != "regular" or len(chunks) != len(shape) or min(chunks, default=1) < 1:
             raise FormatError("the chunk grid is not a regular grid of the array's rank")
@@ -237,6 +236,7 @@ class _State:
     def __init__(self) -> None:
         self.arrays: dict[str, _ArrayInfo] = {}
         self.n_frames = 0
+        self.n_events: dict[str, int] = {}
 
     def record(self, key: str, data: Any) -> None:
         check_json_bytes(bytes(data) if not isinstance(data, bytes) else data, f"metadata document {key!r}")
@@ -264,6 +264,12 @@ class _State:
             root = attrs.get(ROOT_ATTR) if isinstance(attrs, dict) else None
             n = root.get("n_frames") if isinstance(root, dict) else None
             self.n_frames = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
+            variants = root.get("variants") if isinstance(root, dict) else None
+            self.n_events = {}
+            for name, entry in (variants.items() if isinstance(variants, dict) else ()):
+                n = entry.get("n_events") if isinstance(entry, dict) else None
+                if isinstance(name, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+                    self.n_events[name] = n
 
     def locate(self, key: str) -> tuple[_ArrayInfo | None, tuple[int, ...] | None]:
         """The known array `key` lies in (the longest known path it is under) and its chunk coordinates;
@@ -289,10 +295,30 @@ class _State:
         return (info, coords) if len(coords) == len(info.shape) else (info, None)
 
 
+def _committed_axis(path: str, shape: tuple[int, ...]) -> str | None:
+    """What counts an array's committed extent: the frame count (per-frame arrays, overlays), one
+    variant field's event count (its event arrays), or nothing (the whole shape: world_id, bundle)."""
+    parts = path.split("/")
+    if not shape:
+        return None
+    if parts[0] == "variants" and len(parts) == 3:
+        return f"events/{parts[1]}"
+    if (parts[0] == "overlays" and len(parts) == 3) or (len(parts) == 1 and path != "world_id"):
+        return "frames"
+    return None
+
+
+def _items(info: _ArrayInfo) -> str:
+    return "events" if (info.frame_axis or "").startswith("events/") else "frames"
+
+
 def _committed(state: _State, info: _ArrayInfo, coords: tuple[int, ...]) -> bool:
     if any(c * s >= n for c, s, n in zip(coords, info.chunks, info.shape)):
         return False
-    return not info.frame_axis or coords[0] * info.chunks[0] < state.n_frames
+    if info.frame_axis is None:
+        return True
+    n = state.n_frames if info.frame_axis == "frames" else state.n_events.get(info.frame_axis[7:], 0)
+    return coords[0] * info.chunks[0] < n
 
 
 def _check_index(state: _State, info: _ArrayInfo, key: str, coords: tuple[int, ...], raw: Any,
@@ -383,7 +409,7 @@ class CheckedStore(WrapperStore):
         if buf is None:
             if _committed(state, info, coords):
                 raise FormatError(
-                    f"array {info.path!r}: chunk {key!r} of committed frames is missing from the store "
+                    f"array {info.path!r}: chunk {key!r} of committed {_items(info)} is missing from the store "
                     "(the writer writes every chunk); the archive is damaged"
                 )
             return None

@@ -90,7 +90,8 @@ _ASSET_REFS = (("geoms", ("meshname", "hfieldname", "material")), ("sites", ("me
                ("lights", ("texture",)))
 _COPY_PREFIX = re.compile(r"scene[0-9]+/")
 _COPY_WORLD = re.compile(r"scene[0-9]+/world")
-_REPLAY_CAMERA_BODY = "mjarchive-replay"
+#: Prefix of the bodies and cameras the replay adds to a model (models using it are refused).
+REPLAY_NAME = "mjarchive-replay"
 _SCENE_ARENA_BYTES = 16 * 2**20
 
 
@@ -146,15 +147,15 @@ def apply_recipe(spec: mujoco.MjSpec, recipe: dict) -> mujoco.MjSpec:
     if copies:
         spec = _scene(spec, copies)
     if fovys:
-        taken = [e.name for e in [*spec.bodies, *spec.cameras] if e.name.startswith(_REPLAY_CAMERA_BODY)]
+        taken = [e.name for e in [*spec.bodies, *spec.cameras] if e.name.startswith(REPLAY_NAME)]
         if taken:
             raise Refused(f"the model names an element {taken[0][:64]!r}: names starting with "
-                          f"{_REPLAY_CAMERA_BODY!r} are reserved for replay cameras; rename it")
+                          f"{REPLAY_NAME!r} are reserved for replay cameras; rename it")
         # On a body of their own, last in the tree: cameras of the world body would come first.
-        body = spec.worldbody.add_body(name=_REPLAY_CAMERA_BODY)
+        body = spec.worldbody.add_body(name=REPLAY_NAME)
         body.fuse = False  # <compiler fusestatic> would move them to the world body
         for j, fovy in enumerate(fovys):
-            body.add_camera(name=f"{_REPLAY_CAMERA_BODY}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
+            body.add_camera(name=f"{REPLAY_NAME}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
     return spec
 
 

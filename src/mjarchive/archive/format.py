@@ -11,15 +11,20 @@ import numpy as np
 from .._errors import FormatError
 
 FORMAT_NAME = "mjarchive"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # the newest this implements; writers write 1.0 unless they use a 1.1 feature
 FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
+#: Format 1.1 `required_features` this implementation understands (readers refuse any other).
+KNOWN_FEATURES = frozenset({"variants", "overlays"})
 BUNDLE_GROUP = "model"
 
 #: Track names become store keys, so they are validated before any use. Every pattern of the spec
 #: is a full-string match: use `fullmatch` (with `re.match`, `$` also matches before a final "\n").
 TRACK_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 RESERVED_ARRAYS = frozenset({"time", "qpos", "mocap_pos", "mocap_quat", "reset", "world_id", BUNDLE_GROUP})
+#: Groups of format 1.1 features: writers refuse them as track names; readers only where the feature is used
+#: (a 1.0 archive may have a track named so).
+FEATURE_GROUPS = frozenset({"variants", "overlays"})
 
 STORAGE_DTYPES = frozenset({"float32", "float64"})
 TRACK_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
@@ -78,12 +83,12 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
-def check_track_name(name: str) -> str:
-    """Validate a user-chosen track name; it becomes a store key."""
-    if not isinstance(name, str) or not TRACK_NAME_RE.fullmatch(name) or name in RESERVED_ARRAYS:
+def check_track_name(name: str, reserved: frozenset[str] = RESERVED_ARRAYS | FEATURE_GROUPS, what: str = "track") -> str:
+    """Validate a user-chosen track (or overlay) name; it becomes a store key."""
+    if not isinstance(name, str) or not TRACK_NAME_RE.fullmatch(name) or name in reserved:
         raise FormatError(
-            f"invalid track name {name!r}: use 1-64 lowercase letters, digits or '_', starting with a "
-            f"letter, and none of {sorted(RESERVED_ARRAYS)}"
+            f"invalid {what} name {name!r:.80}: use 1-64 lowercase letters, digits or '_', starting with a "
+            f"letter, and none of {sorted(reserved)}"
         )
     return name
 

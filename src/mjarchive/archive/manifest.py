@@ -11,8 +11,14 @@ from typing import Any, NoReturn
 
 from .bundle import QposLayout
 from .._errors import FormatError, FormatVersionError
+from .overlays import Overlay, check_overlays
+from .variants import MAX_FIELD_COUNT, MAX_VARIANT_EVENTS, VARIANT_FIELDS, VariantSpec, check_field_name
 from .format import (
     ABS_ERROR_EXPONENTS,
+    FEATURE_GROUPS,
+    KNOWN_FEATURES,
+    RESERVED_ARRAYS,
+    MAX_DECODED_CHUNK_BYTES,
     FORMAT_MAJOR,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -34,6 +40,7 @@ from .format import (
     STORAGE_DTYPES,
     TRACK_DTYPES,
     as_int,
+    check_array,
     check_track_name,
 )
 
@@ -88,11 +95,19 @@ class Manifest:
     created: str
     producer: dict[str, str]
     mujoco_version: str
-    format_version: str = FORMAT_VERSION
+    format_version: str = "1.0"
+    #: Format 1.1: model fields that vary per world (events under `variants/`), and overlay tracks.
+    variants: dict[str, VariantSpec] = dataclasses.field(default_factory=dict)
+    overlays: dict[str, Overlay] = dataclasses.field(default_factory=dict)
 
     @property
     def cameras(self) -> tuple[str, ...]:
         return self.layout.cameras
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        """Features a reader must implement to read this archive with its meaning (sorted)."""
+        return tuple(sorted(({"variants"} if self.variants else set()) | ({"overlays"} if self.overlays else set())))
 
     def per_frame_arrays(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """Each (frame, world, ...) array, in storage order: its shape after (frame, world) and dtype."""
@@ -102,7 +117,15 @@ class Manifest:
             out["mocap_pos"] = ((lay.nmocap, 3), self.dtype)
             out["mocap_quat"] = ((lay.nmocap, 4), self.dtype)
         out.update({name: (t.shape, t.dtype) for name, t in self.tracks.items()})
+        for name, overlay in self.overlays.items():
+            out.update(overlay.arrays(name))
         return out
+
+    def event_arrays(self, field: str) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Store key → (shape after the event axis, dtype) of one variant field's event arrays."""
+        spec = self.variants[field]
+        return {f"variants/{field}/frame": ((), "int64"), f"variants/{field}/world": ((), "int32"),
+                f"variants/{field}/value": (tuple(spec.shape), spec.dtype)}
 
     def check_chunking(self, name: str, array: Any) -> None:
         """Refuse a stored array whose chunk or shard shape is not the one the spec derives from this
@@ -126,10 +149,37 @@ class Manifest:
                 f"and shards {expected[1]}"
             )
 
-    def to_dict(self, n_frames: int, status: str) -> dict[str, Any]:
-        return {
+    def check_event_arrays(self, field: str, arrays: dict[str, Any], n_events: int) -> None:
+        """Refuse stored event arrays of one variant field whose metadata differs from what the spec
+        derives from this manifest (dtype, shape, chunks (chunk_events, *shape), unsharded) or that
+        are shorter than the committed count. Longer is no damage: one commit may add any number of
+        events, and a writer that crashed before that commit leaves them uncommitted (resume shrinks
+        such arrays, see `writer._check_resumed_arrays`)."""
+        spec = self.variants[field]
+        ce = spec.chunk_events
+        for key, (tail, dtype) in self.event_arrays(field).items():
+            arr = arrays[key]
+            check_array(arr, key, dtypes={dtype}, ndim=1 + len(tail))
+            if tuple(arr.shape[1:]) != tail:
+                raise FormatError(f"array {key!r} has shape {arr.shape}; the manifest declares (events, "
+                                  f"{', '.join(map(str, tail))})")
+            shards = getattr(arr, "shards", None)
+            if tuple(arr.chunks) != (ce, *tail) or shards is not None:
+                raise FormatError(f"array {key!r} is chunked {tuple(arr.chunks)} in shards {shards}; the manifest "
+                                  f"requires unsharded chunks {(ce, *tail)}")
+            if arr.shape[0] < n_events:
+                raise FormatError(f"array {key!r} holds {arr.shape[0]} events, but {n_events} are committed; "
+                                  "the archive's commit record or arrays are corrupt")
+
+    def to_dict(self, n_frames: int, status: str, n_events: dict[str, int] | None = None) -> dict[str, Any]:
+        """The root attribute `mjarchive`: this manifest plus the commit record (`n_frames`, `status`
+        and, with variants, each field's committed event count)."""
+        version = self.format_version
+        if self.required_features and version == "1.0":
+            version = FORMAT_VERSION
+        d = {
             "format": FORMAT_NAME,
-            "format_version": self.format_version,
+            "format_version": version,
             "created": self.created,
             "producer": dict(self.producer),
             "mujoco_version": self.mujoco_version,
@@ -147,9 +197,16 @@ class Manifest:
                 "shard_worlds": self.shard_worlds,
             },
             "tracks": {name: t.to_dict() for name, t in self.tracks.items()},
-            "status": status,
-            "n_frames": n_frames,
         }
+        if self.required_features:
+            d["required_features"] = list(self.required_features)
+        if self.variants:
+            n_events = n_events or {}
+            d["variants"] = {name: spec.to_dict(n_events.get(name, 0)) for name, spec in self.variants.items()}
+        if self.overlays:
+            d["overlays"] = {name: o.to_dict() for name, o in self.overlays.items()}
+        d["status"], d["n_frames"] = status, n_frames
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> tuple[Manifest, int, str]:
@@ -159,8 +216,17 @@ class Manifest:
         major version). The checks are hand-written and cover everything the JSON Schema says
         plus the rules a schema cannot express; `check_schema()` runs the schema itself.
         """
+        manifest, n_frames, status, _ = cls.parse(d)
+        return manifest, n_frames, status
+
+    @classmethod
+    def parse(cls, d: Any) -> tuple[Manifest, int, str, dict[str, int]]:
+        """`from_dict`, also returning the committed event count of each variant field."""
         version = _check_format(d)
         _check_manifest(d)
+        variants, n_events = _check_variants(d["variants"], d["n_frames"]) if "variants" in d else ({}, {})
+        overlays = check_overlays(d["overlays"]) if "overlays" in d else {}
+        _check_features(d, version, variants, overlays)
         storage, model = d["storage"], d["model"]
         precision = storage["precision"]
         manifest = cls(
@@ -180,16 +246,24 @@ class Manifest:
             producer=dict(d["producer"]),
             mujoco_version=d["mujoco_version"],
             format_version=version,
+            variants=variants,
+            overlays=overlays,
         )
-        return manifest, d["n_frames"], d["status"]
+        return manifest, d["n_frames"], d["status"], n_events
 
 
 def read_manifest(root: Any) -> tuple[Manifest, int, str]:
     """Parse a root group's attributes (untrusted) into (manifest, committed frames, status)."""
+    return read_commit(root)[:3]
+
+
+def read_commit(root: Any) -> tuple[Manifest, int, str, dict[str, int]]:
+    """Parse a root group's attributes (untrusted): (manifest, committed frames, status, committed
+    variant events per field)."""
     attrs = root.attrs.asdict()
     if ROOT_ATTR not in attrs:
         raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
-    return Manifest.from_dict(attrs[ROOT_ATTR])
+    return Manifest.parse(attrs[ROOT_ATTR])
 
 
 # -- validation of untrusted root attributes (spec/README.md, "Root attributes") ---------------------
@@ -276,6 +350,17 @@ def _check_format(d: Any) -> str:
         )
     if major < FORMAT_MAJOR:
         raise FormatVersionError(f"archive format {version} predates format 1.0 and cannot be read")
+    if "required_features" in d:  # before anything else: an unknown feature changes what the rest means
+        features = d["required_features"]
+        if type(features) is not list or len(features) > 64 or not all(type(f) is str for f in features) or len(
+                set(features)) != len(features):
+            _fail("required_features", "must be a list of at most 64 distinct strings")
+        unknown = [f for f in features if f not in KNOWN_FEATURES]
+        if unknown:
+            raise FormatVersionError(
+                f"this archive requires feature(s) {[f[:64] for f in unknown[:5]]} that this mjarchive (format "
+                f"{FORMAT_VERSION}: {sorted(KNOWN_FEATURES)}) does not implement; upgrade mjarchive "
+                "(pip install -U mjarchive) to read it")
     return version
 
 
@@ -370,9 +455,10 @@ def _check_manifest(d: dict) -> None:
     _int(storage["chunk_worlds"], "storage.chunk_worlds", 1, 1)
     _int(storage["shard_worlds"], "storage.shard_worlds", 1, len(world_ids))
 
-    # Tracks: names are store keys.
+    # Tracks: names are store keys (a 1.0 archive may name a track like a 1.1 feature it does not use).
+    reserved = RESERVED_ARRAYS | {g for g in FEATURE_GROUPS if g in d}
     for name, entry in tracks.items():
-        check_track_name(name)
+        check_track_name(name, reserved)
         entry = _obj(entry, f"tracks.{name}", ("shape", "dtype"))
         shape = _list(entry["shape"], f"tracks.{name}.shape", 4)
         for i, n in enumerate(shape):
@@ -381,6 +467,46 @@ def _check_manifest(d: dict) -> None:
             _fail(f"tracks.{name}.shape", f"has {math.prod(shape)} elements (at most {MAX_TRACK_ELEMENTS})")
         if type(entry["dtype"]) is not str or entry["dtype"] not in TRACK_DTYPES:
             _fail(f"tracks.{name}.dtype", f"must be one of {sorted(TRACK_DTYPES)}, found {entry['dtype']!r:.40}")
+
+
+def _check_features(d: dict, version: str, variants: dict, overlays: dict) -> None:
+    """`required_features` lists exactly the 1.1 features the archive uses (checked for unknown ones
+    before anything else, in `_check_format`)."""
+    declared = d.get("required_features", [])
+    used = sorted(({"variants"} if variants else set()) | ({"overlays"} if overlays else set()))
+    if sorted(declared) != used:
+        _fail("required_features", f"lists {sorted(declared)}, but the archive uses {used}: each of 'variants' and "
+                                   "'overlays' is listed exactly when that key is present")
+    if used and tuple(int(p) for p in version.split(".")) < (1, 1):
+        _fail("format_version", f"is {version}, but variants and overlays need format 1.1 or later")
+
+
+def _check_variants(value: Any, n_frames: int) -> tuple[dict[str, VariantSpec], dict[str, int]]:
+    if type(value) is not dict or not 1 <= len(value) <= len(VARIANT_FIELDS):
+        _fail("variants", f"must be an object of 1 to {len(VARIANT_FIELDS)} allowed fields")
+    specs, counts = {}, {}
+    for name, entry in value.items():
+        try:
+            rule = check_field_name(name)
+        except FormatError as exc:
+            _fail("variants", str(exc))
+        where = f"variants.{name}"
+        entry = _obj(entry, where, ("shape", "dtype", "chunk_events", "n_events"))
+        shape = _list(entry["shape"], f"{where}.shape", 1 + len(rule.tail), lo=1 + len(rule.tail))
+        _int(shape[0], f"{where}.shape[0]", 1, MAX_FIELD_COUNT)
+        for i, n in enumerate(shape[1:]):
+            _int(n, f"{where}.shape[{i + 1}]", rule.tail[i], rule.tail[i])
+        if entry["dtype"] != rule.dtype:
+            _fail(f"{where}.dtype", f"must be {rule.dtype!r} (MuJoCo's type of {name}), found {entry['dtype']!r:.40}")
+        spec = VariantSpec(tuple(shape), rule.dtype, _int(entry["chunk_events"], f"{where}.chunk_events", 1, 1 << 16))
+        if spec.chunk_events * spec.row_bytes > MAX_DECODED_CHUNK_BYTES:
+            _fail(f"{where}.chunk_events", f"makes chunks of {spec.chunk_events * spec.row_bytes} bytes, above the "
+                                           f"{MAX_DECODED_CHUNK_BYTES}-byte chunk limit")
+        counts[name] = _int(entry["n_events"], f"{where}.n_events", 0, MAX_VARIANT_EVENTS)
+        if counts[name] and not n_frames:
+            _fail(f"{where}.n_events", "must be 0 while no frame is committed (events start at committed frames)")
+        specs[name] = spec
+    return specs, counts
 
 
 # -- the JSON Schema (spec/root-attributes.schema.json) ------------------------------------------------

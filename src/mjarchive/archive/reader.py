@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
+import collections
 import functools
+import re
 from typing import Any
 
 import mujoco
@@ -19,12 +19,16 @@ from .format import (
     MAX_READ_CHUNKS,
     check_array,
 )
-from .manifest import read_manifest
+from .manifest import read_commit
+from .overlays import Overlay, OverlayFrames
+from .variants import apply_variant, check_model_shapes, check_values, default_values
 from .store import open_root
 from .verify import VerifyReport, verify_archive
 from .writer import open_writer
 
 __all__ = ["Archive", "Selection", "VerifyReport", "open"]
+
+_EVENT_CACHE_BYTES = 64 * 2**20  # decoded variant value chunks an Archive keeps
 
 class Archive:
     """A read-only view of an archive. Open with `mjarchive.open(path_or_url)`.
@@ -40,7 +44,7 @@ class Archive:
 
     def _load(self) -> None:
         root = open_root(self.location, mode="r", storage_options=self._storage_options)
-        manifest, n_frames, status = read_manifest(root)
+        manifest, n_frames, status, n_events = read_commit(root)
         W = len(manifest.world_ids)
         arrays: dict[str, Any] = {}
         for name, (tail, dtype) in manifest.per_frame_arrays().items():
@@ -65,8 +69,17 @@ class Archive:
                     f"committed frame count n_frames={n_frames} exceeds array {name!r} length {arr.shape[0]}; "
                     "the archive's commit record is corrupt"
                 )
+        events = {}
+        for field in manifest.variants:
+            found = {key: _get_array(root, key) for key in manifest.event_arrays(field)}
+            manifest.check_event_arrays(field, found, n_events[field])
+            events.update(found)
         self._root, self.manifest, self._arrays, self._status = root, manifest, arrays, status
         self._n_frames = n_frames
+        self._n_events, self._event_arrays = n_events, events
+        self._event_index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._by_world: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # field -> (events by world, world bounds)
+        self._event_chunks: collections.OrderedDict = collections.OrderedDict()
         self._world_index = {w: i for i, w in enumerate(manifest.world_ids)}
         self._wid_array = wid
 
@@ -121,6 +134,21 @@ class Archive:
     def format_version(self) -> str:
         return self.manifest.format_version
 
+    @property
+    def variant_fields(self) -> tuple[str, ...]:
+        """Model fields that may differ per world in this archive (format 1.1 `variants`)."""
+        return tuple(self.manifest.variants)
+
+    @property
+    def variant_event_counts(self) -> dict[str, int]:
+        """Committed variant events per field."""
+        return dict(self._n_events)
+
+    @property
+    def overlays(self) -> dict[str, Overlay]:
+        """The archive's overlay tracks by name (format 1.1 `overlays`)."""
+        return dict(self.manifest.overlays)
+
     @functools.cached_property
     def bundle(self) -> ModelBundle:
         """The embedded model bundle, verified against its hashes and the manifest."""
@@ -129,8 +157,9 @@ class Archive:
             raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256")
         return bundle
 
-    def model(self) -> mujoco.MjModel:
-        """Compile the embedded model (layout-checked against the manifest).
+    def model(self, world: int | None = None, frame: int | None = None) -> mujoco.MjModel:
+        """Compile the embedded model (layout-checked against the manifest); with `world` (an
+        original ID) and `frame`, with that world's variant values in force at that frame applied.
 
         The bundle is untrusted: it is checked, then compiled in a child process under time and
         memory limits (once per bundle content and process; see `archive/sandbox.py`).
@@ -138,7 +167,130 @@ class Archive:
         self._check_open()
         model = compile_untrusted(self.bundle)
         self.manifest.layout.check_compatible(model)
+        check_model_shapes(model, self.manifest.variants)
+        if world is not None or frame is not None:
+            if world is None or frame is None:
+                raise SelectionError("pass both world= and frame= (or neither, for the model as recorded)")
+            apply_variant(model, self._variant_values(model, world, frame))
         return model
+
+    @functools.cached_property
+    def _base_model(self) -> mujoco.MjModel:
+        return self.model()
+
+    # -- variants -------------------------------------------------------------------------------------
+    def variant(self, world_id: int, frame: int) -> dict[str, np.ndarray]:
+        """The values of every variant field in force for `world_id` at `frame` (the model's own
+        where no event set one yet): field name → array of the field's per-world shape."""
+        self._check_open()
+        return self._variant_values(self._base_model, world_id, frame)
+
+    def variant_events(self, field: str) -> dict[str, np.ndarray]:
+        """The committed events of one variant field as stored: `frame` (E,) int64, `world` (E,)
+        world positions (int32), `value` (E, *shape); validated (order, worlds, value rules)."""
+        self._check_open()
+        if field not in self.manifest.variants:
+            raise SelectionError(f"no variant field {field!r}; this archive has {list(self.manifest.variants)}")
+        frames, worlds = self._events(field)
+        model = self._base_model  # checks the declared shapes against the model before any value is read
+        value = self._read_event_column(f"variants/{field}/value", self._n_events[field])
+        check_values(field, value, model)
+        return {"frame": frames, "world": worlds.astype(np.int32), "value": value}
+
+    def variant_changes(self, world_id: int) -> np.ndarray:
+        """Sorted distinct frames > 0 at which some variant value of `world_id` changes (events at
+        frame 0 set the values the world starts with)."""
+        w = self.world_index(world_id)
+        frames = [self._events(field)[0][self._world_events(field, w)] for field in self.manifest.variants]
+        out = np.unique(np.concatenate(frames)) if frames else np.zeros(0, np.int64)
+        return out[out > 0]
+
+    def _variant_values(self, model: mujoco.MjModel, world_id: int, frame: int) -> dict[str, np.ndarray]:
+        w = self.world_index(world_id)
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise SelectionError(f"frame must be an integer, got {frame!r}")
+        f = int(self._frame_index(int(frame))[0])
+        check_model_shapes(model, self.manifest.variants)
+        values = default_values(model, self.manifest.variants)
+        for field in self.manifest.variants:
+            frames, _ = self._events(field)
+            mine = self._world_events(field, w)
+            k = int(np.searchsorted(frames[mine], f, side="right"))
+            if k:
+                row = self._read_event(field, int(mine[k - 1]))
+                check_values(field, row[None], model, what=f" (event {int(mine[k - 1])})")
+                values[field] = row
+        return values
+
+    def _events(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(frame, world position) of each committed event of a field, validated once per load."""
+        if field not in self._event_index:
+            n = self._n_events[field]
+            frames = self._read_event_column(f"variants/{field}/frame", n).astype(np.int64)
+            worlds = self._read_event_column(f"variants/{field}/world", n).astype(np.int64)
+            # Compared, not subtracted: np.diff wraps around on hostile int64 extremes.
+            if n and (frames[0] < 0 or frames[-1] >= self._n_frames or (frames[1:] < frames[:-1]).any()):
+                raise FormatError(f"variant events of {field!r} must start at committed frames in nondecreasing order; "
+                                  "the archive is corrupt")
+            if n and (worlds.min() < 0 or worlds.max() >= self.n_worlds):
+                raise FormatError(f"a variant event of {field!r} names a world position outside [0, {self.n_worlds})")
+            self._event_index[field] = (frames, worlds)
+        return self._event_index[field]
+
+    def _world_events(self, field: str, w: int) -> np.ndarray:
+        """Indices of world position w's committed events of a field, in event order. One sort per
+        field, not one scan of every event per world (2**24 events × 2**20 worlds)."""
+        if field not in self._by_world:
+            worlds = self._events(field)[1]
+            order = np.argsort(worlds, kind="stable")
+            self._by_world[field] = (order, np.searchsorted(worlds[order], np.arange(self.n_worlds + 1)))
+        order, bounds = self._by_world[field]
+        return order[bounds[w]:bounds[w + 1]]
+
+    def _read_event_column(self, key: str, n: int) -> np.ndarray:
+        """Rows [0, n) of an event array, MAX_READ_CHUNKS chunks at a time, the last block first: a
+        hostile n_events (2**24 events in chunks of 1) fails at its first missing chunk, before the
+        output is allocated or zarr lists per-chunk work of that length."""
+        arr = self._event_arrays[key]
+        block = MAX_READ_CHUNKS * arr.chunks[0]
+        try:
+            if n <= block:
+                return np.asarray(arr[:n])
+            starts = range(0, n, block)
+            last = np.asarray(arr[starts[-1]:n])
+            out = np.empty((n, *last.shape[1:]), last.dtype)
+            out[starts[-1]:] = last
+            for lo in starts[:-1]:
+                out[lo:lo + block] = arr[lo:lo + block]
+            return out
+        except MjArchiveError:
+            raise
+        except MemoryError:
+            raise SelectionError(f"reading {n} events of {key!r} needs more memory than this process can "
+                                 "allocate") from None
+        except Exception as exc:
+            raise FormatError(f"reading {key!r} failed; the archive may be corrupt: {exc!r}") from exc
+
+    def _read_event(self, field: str, i: int) -> np.ndarray:
+        """Row i of a field's committed values, decoded a chunk at a time (a few chunks are kept)."""
+        ce = self.manifest.variants[field].chunk_events
+        key = (field, i // ce)
+        block = self._event_chunks.get(key)
+        if block is None:
+            lo = key[1] * ce
+            try:
+                block = np.asarray(self._event_arrays[f"variants/{field}/value"][lo:min(self._n_events[field], lo + ce)])
+            except MjArchiveError:
+                raise
+            except Exception as exc:
+                raise FormatError(f"reading variant events {lo}.. of {field!r} failed; the archive may be corrupt: "
+                                  f"{exc!r}") from exc
+            self._event_chunks[key] = block
+            while sum(b.nbytes for b in self._event_chunks.values()) > _EVENT_CACHE_BYTES and len(self._event_chunks) > 1:
+                self._event_chunks.popitem(last=False)
+        else:
+            self._event_chunks.move_to_end(key)
+        return block[i - key[1] * ce].copy()
 
     @property
     def time(self) -> np.ndarray:
@@ -148,8 +300,11 @@ class Archive:
     def refresh(self) -> int:
         """Re-read the commit record to see frames committed since opening; returns new n_frames."""
         self._check_open()
+        sha = self.manifest.model_sha256
         self.__dict__.pop("bundle", None)
         self._load()
+        if self.manifest.model_sha256 != sha:  # the same verified content keeps its compiled model
+            self.__dict__.pop("_base_model", None)
         return self._n_frames
 
     # -- selection --------------------------------------------------------------------------------------
@@ -309,6 +464,15 @@ class Selection:
         if name not in self.archive.tracks:
             raise SelectionError(f"no track {name!r}; this archive has {sorted(self.archive.tracks)}")
         return self.archive._read(name, self._frames, self._worlds)
+
+    def overlay(self, name: str) -> OverlayFrames:
+        """One overlay track over this selection, read now and validated (see `OverlayFrames`)."""
+        overlays = self.archive.manifest.overlays
+        if name not in overlays:
+            raise SelectionError(f"no overlay {name!r}; this archive has {sorted(overlays)}")
+        read = {key.rsplit("/", 1)[1]: self.archive._read(key, self._frames, self._worlds)
+                for key in overlays[name].arrays(name)}
+        return OverlayFrames.decode(overlays[name], name, read["count"], read["data"], read.get("text"))
 
     def __repr__(self) -> str:
         return f"<Selection frames={self.shape[0]} worlds={list(self.world_ids)[:8]}>"

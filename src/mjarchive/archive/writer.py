@@ -33,7 +33,9 @@ from .format import (
     check_track_name,
     quantize,
 )
-from .manifest import Manifest, TrackSpec, read_manifest
+from .events import VariantEvents, create_event_arrays, variant_specs
+from .manifest import Manifest, TrackSpec, read_commit
+from .overlays import overlay_specs, pack_frames
 from .shards import ShardWriter
 from .shards import enabled as enabled_fast_shards
 from .store import create_root, open_root, remove_partial_files
@@ -88,6 +90,7 @@ class _Arrays:
                 if writer is not None:
                     self.shard_writers[name] = writer
 
+
     def capacity(self) -> int:
         return min(a.shape[0] for a in self.arrays.values())
 
@@ -123,11 +126,13 @@ class ArchiveWriter:
     """
 
     def __init__(self, root: zarr.Group, manifest: Manifest, n_frames: int, *, location: Any,
-                 check_finite: bool = True, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES):
+                 check_finite: bool = True, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 n_events: dict[str, int] | None = None, model: mujoco.MjModel | None = None):
         self.location = location
         self.manifest = manifest
         self.check_finite = check_finite
         self._root = root
+        self._model = model  # for checking variant ids against the model (compiled on demand after resume)
         try:
             self._arrays = _Arrays(root, manifest)
         except MjArchiveError:
@@ -156,6 +161,11 @@ class ArchiveWriter:
         # The chunk being filled: committed frames of a partial last chunk are reloaded on resume.
         cf = manifest.chunk_frames
         _check_resumed_arrays(self._arrays, self._frame_shapes, manifest, n_frames)
+        try:
+            self._variants = VariantEvents(root, manifest, n_events or {}, self.variant_model)
+        except KeyError as exc:
+            raise FormatError(f"the archive is missing its array {exc}") from None
+        self._variants.check_resumed()
         try:
             self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
         except MemoryError:
@@ -192,12 +202,15 @@ class ArchiveWriter:
         return self.manifest.world_ids
 
     def append(self, time: Any, qpos: Any, *, mocap_pos: Any = None, mocap_quat: Any = None,
-               reset: Any = None, **tracks: Any) -> None:
+               reset: Any = None, overlays: dict[str, Any] | None = None, **tracks: Any) -> None:
         """Append one frame (`qpos` of shape (W, nq), scalar `time`) or a block ((k, W, nq), (k,)).
 
         `reset` is a (W,) or (k, W) boolean mask of worlds whose episode starts at that frame.
-        Extra keyword arguments are the tracks declared at creation. Raises AppendError with the
-        offending frame and world on bad input; set `check_finite=False` at creation to allow NaN.
+        Extra keyword arguments are the tracks declared at creation. `overlays` maps overlay names
+        declared at creation to this frame's primitives (see `mjarchive.Overlay`; for a block, a
+        sequence of k such values); an overlay not given draws nothing at that frame. Raises
+        AppendError with the offending frame and world on bad input; set `check_finite=False` at
+        creation to allow NaN.
         """
         self._check_usable()
         qpos = np.asarray(qpos)
@@ -217,8 +230,10 @@ class ArchiveWriter:
                     f"unknown track {name!r}; declare it when creating the archive: "
                     f"mjarchive.create(..., tracks={{{name!r}: shape}}) (declared: {sorted(self.manifest.tracks)})"
                 )
+        block.update(pack_frames(self.manifest.overlays, overlays, len(self.manifest.world_ids), k, single,
+                                 self._n_appended))
         for name, (shape, dtype) in self._frame_shapes.items():
-            if name == "time":
+            if name == "time" or name.startswith("overlays/"):
                 continue
             value = given.get(name)
             if value is None:
@@ -254,6 +269,28 @@ class ArchiveWriter:
             self._n_appended += k
             self._cond.notify_all()
 
+    def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
+        """Record new values of model fields declared in `variant_fields` for some worlds, in force
+        from `frame` (default: the next appended frame) until their next change.
+
+        `world_ids`: an original world ID or a sequence of them. Each field's value has the field's
+        per-world shape (e.g. (ngeom, 4) for geom_rgba; the same for every listed world) or
+        (len(world_ids), *shape). Stored as one event row per world and field, committed with the
+        frame it starts at. Raises AppendError naming the field, world and rule on bad input.
+        """
+        self._check_usable()
+        positions, values = self._variants.prepare(world_ids, fields)
+        with self._cond:
+            self._variants.queue(frame, self._n_appended, positions, values)
+
+    def variant_model(self) -> mujoco.MjModel:
+        """The archive's model, for checking variant values against it (compiled once, sandboxed after a resume)."""
+        if self._model is None:
+            from .sandbox import compile_untrusted
+
+            self._model = compile_untrusted(ModelBundle.from_zarr(self._root))
+        return self._model
+
     def set_backend(self, backend: str) -> None:
         """Name the simulation backend in the manifest (`producer.backend`) before the first frame."""
         self._check_usable()
@@ -288,6 +325,7 @@ class ArchiveWriter:
             self._thread.join()
         if self._error is None:
             self._arrays.resize(self._n_committed)
+            self._variants.trim()
             self._commit(self._n_committed, "finalized")
         else:
             raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
@@ -392,11 +430,12 @@ class ArchiveWriter:
                 continue
             arr[start:stop] = self._buffer[name][:n]
         if stop > self._n_committed:
+            self._variants.write(stop, self._cond)
             self._commit(stop, "live")
 
     def _commit(self, n_frames: int, status: str) -> None:
         """The commit record: one atomic write of the root attributes that readers trust."""
-        self._root.attrs.put({ROOT_ATTR: self.manifest.to_dict(n_frames, status)})
+        self._root.attrs.put({ROOT_ATTR: self.manifest.to_dict(n_frames, status, self._variants.counts)})
         self._n_committed = n_frames
 
 
@@ -405,7 +444,8 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
            dtype: str = "float32", precision: float | None = None, tracks: dict | None = None,
            chunk_frames: int = DEFAULT_CHUNK_FRAMES, shard_worlds: int = DEFAULT_SHARD_WORLDS,
            overwrite: bool = False, check_finite: bool = True, backend: str = "unknown",
-           storage_options: dict | None = None, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> ArchiveWriter:
+           storage_options: dict | None = None, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+           variant_fields: Any = (), overlays: dict[str, Any] | None = None) -> ArchiveWriter:
     """Create a new archive and return its writer.
 
     `model` is a ModelBundle, an MJCF path or an MjSpec. `world_ids` are the original IDs of the
@@ -413,6 +453,12 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     ("float32" or "float64" for exact replay); `precision` (absolute error, opt-in) quantizes them
     for better compression. `tracks` declares optional per-(frame, world) arrays, e.g.
     `{"qvel": (nv,), "reward": (), "ctrl": ((nu,), "float32")}`.
+
+    Format 1.1 features (used only when asked for; otherwise the archive is format 1.0):
+    `variant_fields` names model fields that may differ per world and change at resets (domain
+    randomization: "geom_rgba", "geom_size", "body_pos", ...; see `writer.set_variant`), and
+    `overlays` declares debug overlay tracks, `{"target": mjarchive.Overlay.points(radius=0.03)}`,
+    filled per frame with `append(..., overlays={...})`.
     """
     bundle = as_bundle(model)
     if world_ids is None:
@@ -435,11 +481,11 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
         raise MjArchiveError("shard_worlds must be an integer >= 1")
     chunk_frames, shard_worlds = int(chunk_frames), int(shard_worlds)
     track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
+    overlay_decls = overlay_specs(overlays)
     mj_model = bundle.compile()
     layout = QposLayout.from_model(mj_model)  # bundle.layout would compile the model again
-    shard_worlds = _fit_shard_worlds(shard_worlds, chunk_frames, dtype, layout, track_specs)
+    variant_decls = variant_specs(variant_fields, mj_model)
     W = len(world_ids)
-    shard_worlds = min(shard_worlds, W)
     manifest = Manifest(
         world_ids=world_ids, layout=layout, model_sha256=bundle.sha256,
         timestep=float(timestep if timestep is not None else mj_model.opt.timestep),
@@ -449,7 +495,11 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         producer={"name": "mjarchive", "version": _version(), "backend": backend},
         mujoco_version=mujoco.__version__,
+        format_version=FORMAT_VERSION if variant_decls or overlay_decls else "1.0",  # the lowest that holds it
+        variants=variant_decls, overlays=overlay_decls,
     )
+    shard_worlds = min(W, _fit_shard_worlds(shard_worlds, chunk_frames, manifest.per_frame_arrays()))
+    manifest = dataclasses.replace(manifest, shard_worlds=shard_worlds)
     try:  # never write what readers refuse (a camera name with a newline, a timestep of 1e-300, ...)
         Manifest.from_dict(manifest.to_dict(0, "live"))
     except FormatError as exc:
@@ -464,26 +514,29 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     wid[:] = np.asarray(world_ids, dtype=np.int64)
     root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
                       compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)
-    per_frame = {"qpos": ((layout.nq,), ("q",), dtype), "reset": ((), (), "bool")}
-    if layout.nmocap:
-        per_frame["mocap_pos"] = ((layout.nmocap, 3), ("mocap", "xyz"), dtype)
-        per_frame["mocap_quat"] = ((layout.nmocap, 4), ("mocap", "wxyz"), dtype)
-    for name, t in track_specs.items():
-        per_frame[name] = (t.shape, tuple(f"{name}_{i}" for i in range(len(t.shape))), t.dtype)
-    for name, (tail, dims, dt) in per_frame.items():
-        _create_frame_world_array(root, name, W, tail, dims, dt, chunk_frames, shard_worlds)
+    for group in ("overlays", *(f"overlays/{n}" for n in overlay_decls)) if overlay_decls else ():
+        root.create_group(group)
+    for name, (tail, dt) in manifest.per_frame_arrays().items():
+        _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
+    create_event_arrays(root, manifest)
     root.attrs.put({ROOT_ATTR: manifest.to_dict(0, "live")})
     return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
-                         max_pending_bytes=max_pending_bytes)
+                         max_pending_bytes=max_pending_bytes, model=mj_model)
 
 
-def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, dtype: str, layout: Any,
-                      tracks: dict[str, TrackSpec]) -> int:
+def _dimension_names(name: str, tail: tuple[int, ...]) -> tuple[str, ...]:
+    """Names of the trailing dimensions (after frame and world), as the spec lists them."""
+    fixed = {"qpos": ("q",), "mocap_pos": ("mocap", "xyz"), "mocap_quat": ("mocap", "wxyz")}
+    if name in fixed:
+        return fixed[name]
+    if name.startswith("overlays/"):
+        return (("item", "byte") if name.endswith("/text") else ("item", "coord"))[:len(tail)]
+    return tuple(f"{name}_{i}" for i in range(len(tail)))
+
+
+def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, per_frame: dict[str, tuple[tuple[int, ...], str]]) -> int:
     """Shrink shards so no array's shard exceeds the spec's MAX_CHUNK_BYTES (readers refuse larger)."""
-    tails = {"qpos": (layout.nq, np.dtype(dtype).itemsize), "reset": (1, 1)}
-    if layout.nmocap:
-        tails["mocap_quat"] = (4 * layout.nmocap, np.dtype(dtype).itemsize)
-    tails.update({n: (math.prod(t.shape), np.dtype(t.dtype).itemsize) for n, t in tracks.items()})
+    tails = {n: (max(1, math.prod(tail)), np.dtype(dt).itemsize) for n, (tail, dt) in per_frame.items()}
     name, (values, itemsize) = max(tails.items(), key=lambda kv: kv[1][0] * kv[1][1])
     per_world = chunk_frames * values * itemsize
     if per_world > MAX_DECODED_CHUNK_BYTES:
@@ -514,8 +567,8 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
     """Reopen an archive to append after its last committed frame (used by `open(mode="a")`)."""
     remove_partial_files(location)
     root = open_root(location, mode="a", storage_options=storage_options)
-    manifest, n_frames, _status = read_manifest(root)
-    if manifest.format_version != FORMAT_VERSION:
+    manifest, n_frames, _status, n_events = read_commit(root)
+    if tuple(int(p) for p in manifest.format_version.split(".")) > tuple(int(p) for p in FORMAT_VERSION.split(".")):
         # Rewriting the root attributes would drop keys a newer minor version added.
         raise FormatVersionError(
             f"this archive is format {manifest.format_version}; this mjarchive writes {FORMAT_VERSION} and "
@@ -526,4 +579,4 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
         raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256; "
                           "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
-                         max_pending_bytes=max_pending_bytes)
+                         max_pending_bytes=max_pending_bytes, n_events=n_events)

@@ -18,7 +18,8 @@ __all__ = ["INFO_KEYS", "archive_info", "format_info"]
 INFO_KEYS = (
     "location", "format_version", "status", "n_frames", "n_worlds", "world_ids", "duration_s",
     "time_start", "time_end", "n_episodes", "nq", "nv", "nmocap", "output_fps", "playback_speed",
-    "timestep", "dtype", "precision", "chunk_frames", "cameras", "tracks", "model_sha256",
+    "timestep", "dtype", "precision", "chunk_frames", "cameras", "tracks", "required_features", "variants",
+    "overlays", "model_sha256",
     "mujoco_version", "model", "created", "producer", "size_bytes", "data_bytes", "raw_bytes",
     "compression_ratio",
 )
@@ -97,6 +98,9 @@ def archive_info(archive: Any) -> dict[str, Any]:
         "chunk_frames": man.chunk_frames,
         "cameras": list(archive.cameras),
         "tracks": {k: t.to_dict() for k, t in man.tracks.items()},
+        "required_features": list(man.required_features),
+        "variants": {k: v.to_dict(archive.variant_event_counts[k]) for k, v in man.variants.items()},
+        "overlays": {k: o.to_dict() for k, o in man.overlays.items()},
         "model_sha256": man.model_sha256,
         "mujoco_version": man.mujoco_version,
         "model": model,
@@ -151,6 +155,10 @@ def format_info(info: dict[str, Any]) -> str:
         ("episodes", f"{info['n_episodes']} (split at reset markers)"),
         ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, stored as {info['dtype']}, {precision}"),
         ("tracks", tracks),
+        *([("variants", ", ".join(f"{k} {tuple(v['shape'])} ({v['n_events']} events)"
+                                  for k, v in info["variants"].items()))] if info["variants"] else []),
+        *([("overlays", ", ".join(f"{k} ({o['kind']}, up to {o['max_count']})" for k, o in info["overlays"].items()))]
+          if info["overlays"] else []),
         ("cameras", ", ".join(info["cameras"]) or "none (renders use auto, free or track cameras)"),
         ("model", model),
         ("model sha256", info["model_sha256"]),

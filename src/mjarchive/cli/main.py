@@ -143,6 +143,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             layout=args.layout, fps=args.fps, executor=executor, progress=not args.no_progress,
             split_episodes=args.split_episodes, resume=not args.no_resume, warp_batch=args.warp_batch,
             spacing=args.spacing, hud=None if args.no_hud else (args.hud or "default"), scene=args.scene,
+            overlays=args.overlays,
         )
     for p in paths:
         print(p)
@@ -156,7 +157,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
     with _open(args.archive, _storage_options(args)) as archive:
         out = contact_sheet(archive, args.out, worlds=args.worlds, frames=args.frames, camera=args.camera,
-                            size=args.size, backend=args.backend, quality=args.quality)
+                            size=args.size, backend=args.backend, quality=args.quality, overlays=args.overlays)
     print(out)
     return EXIT_OK
 
@@ -199,6 +200,16 @@ def _add_render_look(p: argparse.ArgumentParser, *, size_default: tuple[int, int
     p.add_argument("--quality", choices=("full", "fast"), default=quality_default,
                    help="full: the model's visual settings; fast: no shadows, reflections, skybox or "
                         f"multisampling, much faster on software GL (default {quality_default})")
+
+
+def _overlay_names(text: str) -> tuple[str, ...]:
+    """--overlays: 'none' or comma-separated overlay track names."""
+    if text.strip() == "none":
+        return ()
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give overlay names separated by commas, or 'none'")
+    return names
 
 
 _WORLDS_HELP = "original world IDs: a list (7,42), a single ID, or a slice over IDs (0:16); default all"
@@ -278,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scene", metavar="OPTIONS",
                    help="what is drawn: geom/site groups, frames, MuJoCo's visual and render flags by name, e.g. "
                         "sites,frames=body,geomgroup=110,transparent,shadow=0")
+    p.add_argument("--overlays", type=_overlay_names, metavar="NAMES",
+                   help="recorded overlay tracks to draw: names (target,velocity) or 'none' (default: all the "
+                        "archive's; --backend warp draws none, so pass --overlays none there)")
     p.add_argument("--split-episodes", action="store_true", help="one file per episode (split at reset markers)")
     p.add_argument("--fps", type=float, default=None, help="video frame rate (default: the archive's output_fps)")
     p.add_argument("--warp-batch", type=int, default=None, metavar="N",
@@ -303,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(p, worlds_help="original world IDs, one row each (default: the first 4 worlds)",
                    frames_help="frames, one column each (default: 6 evenly spaced frames)")
     p.add_argument("--camera", metavar="CAM", help="a camera, as in render (default: the first named camera, else auto)")
+    p.add_argument("--overlays", type=_overlay_names, metavar="NAMES",
+                   help="recorded overlay tracks to draw, as in render (default: all; 'none' with --backend warp)")
     _add_render_look(p, size_default=(120, 160), quality_default="fast")
     _add_storage(p)
     p.set_defaults(func=cmd_preview)

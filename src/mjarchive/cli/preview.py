@@ -42,13 +42,13 @@ def sheet_geometry(n_rows: int, n_cols: int, size: tuple[int, int]) -> tuple[int
 
 def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, frames: Any = None,
                   camera: Any = None, size: tuple[int, int] = (120, 160), backend: str = "cpu",
-                  quality: str = "fast", model: Any = None) -> Path:
+                  quality: str = "fast", model: Any = None, overlays: Any = None) -> Path:
     """Render a grid of frames (columns) × worlds (rows) and write it as a PNG; returns its path.
 
     archive: an open `Archive`. worlds: original world IDs (int, list or slice over IDs; default
     the first 4 worlds). frames: int, slice or index list over committed frames (default 6 evenly
     spaced frames). camera: a model camera's name or id, a Camera or its CLI form (default: the first
-    named camera, else Camera.auto()).
+    named camera, else Camera.auto()). overlays: as in `render` (None: all, `()`: none).
     size: (height, width) of one tile in pixels. Each column is labelled with its frame index and
     simulation time, each row with its world ID, and each tile with its episode number.
     """
@@ -98,7 +98,8 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
 
     seen = 0
     for wid, f, rgb in mjarchive.iter_frames(archive, worlds=world_ids, frames=frame_idx, camera=camera,
-                                             size=(h, w), backend=backend, quality=quality, model=model):
+                                             size=(h, w), backend=backend, quality=quality, model=model,
+                                             overlays=overlays):
         r, c = row[int(wid)], col[int(f)]
         x, y = label_w + _PAD + c * (w + _PAD), header_h + _PAD + r * (h + _PAD)
         sheet.paste(Image.fromarray(np.asarray(rgb, dtype=np.uint8)), (x, y))

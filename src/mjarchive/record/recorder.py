@@ -23,6 +23,7 @@ from a host-side step counter for an exact grid (this also avoids the per-call d
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -30,10 +31,12 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import AppendError, ClosedError, FormatError, MjArchiveError
+from .._errors import AppendError, BackendError, ClosedError, FormatError, MjArchiveError
 from ..archive.manifest import TrackSpec
 from ..archive.writer import ArchiveWriter, as_bundle, create
 from .arrays import ArrayGatherer, is_mjx_data, library_of
+from .overlay_frames import block_overlays, select_overlays
+from .variants_capture import RecorderVariants, sim_model_kind
 
 __all__ = ["Recorder"]
 
@@ -92,7 +95,23 @@ class Recorder:
     `("qvel", "ctrl", "sensordata")`); their per-world shapes come from the model. A mapping also
     declares tracks that are no Data field, recorded from arrays: `{"qvel": None, "reward": ()}`
     (None: the Data field's shape; else a shape or `(shape, dtype)`). Further keyword arguments go
-    to `mjarchive.create` (chunk_frames, precision, overwrite, backend, ...).
+    to `mjarchive.create` (chunk_frames, precision, overwrite, backend, `variant_fields`,
+    `overlays`, ...).
+
+    Model variants (domain randomization): with `variant_fields=("geom_rgba", ...)` and `sim_model`
+    (the simulator's model: a mujoco_warp Model, or a list of one MjModel per simulated world), the
+    recorder reads the selected worlds' values of those fields at the first recorded frame and, at
+    every later recorded frame, those of the worlds reset since the previous one (the `reset`
+    masks, also of calls that recorded nothing), and records them as variant events from that
+    frame on; values equal to the world's last recorded ones are not written again. A Warp Model
+    field of leading dimension n gives world w row w % n (as mujoco_warp reads it); rows of
+    resetting worlds only are gathered on the device. Timing assumption: the values in force for a
+    frame are the model's when `record()` is called for it, so randomize a world's model at its
+    reset, before the `record(d, reset=...)` call whose state comes from it (and queued on the same
+    stream on CUDA); changes made outside resets are not seen: record those with `set_variant`.
+
+    Overlays: `record(d, overlays={"target": ...})` adds debug primitives to a recorded frame
+    (declared with `overlays={"target": mjarchive.Overlay.points()}`; see `mjarchive.Overlay`).
 
     Device options (Warp Data and arrays): `block_frames` frames are gathered on the device per ring
     buffer and handed to the writer together, `ring_buffers` such buffers exist (pinned host memory
@@ -109,7 +128,8 @@ class Recorder:
 
     def __init__(self, path_or_writer: Any, model: Any = None, *, worlds: Any = None, n_worlds: int | None = None,
                  output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] | Mapping = (),
-                 dtype: str = "float32", block_frames: int = 16, ring_buffers: int = 3, **create_kwargs: Any):
+                 dtype: str = "float32", block_frames: int = 16, ring_buffers: int = 3, sim_model: Any = None,
+                 **create_kwargs: Any):
         if isinstance(tracks, str):
             tracks = (tracks,)
         self._tracks = tuple(tracks)
@@ -125,6 +145,16 @@ class Recorder:
         self._reset_acc: np.ndarray | None = None
         self.frames_recorded = 0
         self._backend_unknown = False
+        self._sim_kind = sim_model_kind(sim_model)
+        declared = (path_or_writer.manifest.variants if isinstance(path_or_writer, ArchiveWriter)
+                    else create_kwargs.get("variant_fields"))
+        if self._sim_kind is not None and not declared:
+            raise MjArchiveError("sim_model= only serves model variants: declare the fields that vary, e.g. "
+                                 "variant_fields=('geom_rgba',)")
+        self._sim_model = sim_model
+        self._variants: RecorderVariants | None = None
+        self._seq_appended = 0  # gatherer paths: recorded frames handed to the writer
+        self._overlay_frames: dict[int, dict[str, Any]] = {}  # gatherer paths: seq -> overlays of frames in flight
         if isinstance(path_or_writer, ArchiveWriter):
             self._writer: ArchiveWriter | None = path_or_writer
             self._owns_writer = False
@@ -148,6 +178,8 @@ class Recorder:
             self._nq, self._nmocap = man.layout.nq, man.layout.nmocap
             self._track_shapes = {t: man.tracks[t].shape for t in self._tracks}
             self._cadence = _Cadence(man.output_fps or output_fps, man.playback_speed, man.timestep)
+            if man.variants:  # its earlier events are unknown here: the first captured values are all written
+                self._variants = RecorderVariants(sim_model, self._sim_kind, None)
         else:
             self._writer = None
             self._owns_writer = True
@@ -162,6 +194,8 @@ class Recorder:
             self._create_kwargs = dict(create_kwargs, output_fps=output_fps, playback_speed=playback_speed,
                                        dtype=dtype, timestep=timestep)
             self._cadence = _Cadence(output_fps, playback_speed, timestep)
+            if create_kwargs.get("variant_fields"):  # the baseline is set when the archive is created
+                self._variants = RecorderVariants(sim_model, self._sim_kind, mj_model, create_kwargs["variant_fields"])
             if n_worlds is not None:
                 self._create(int(n_worlds), "unknown")
                 self._backend_unknown = self._backend is None
@@ -187,7 +221,8 @@ class Recorder:
         """Warp and array paths: state bytes gathered and copied to the host so far (0 for MjData)."""
         return 0 if self._gatherer is None else self._gatherer.bytes_copied
 
-    def record(self, data: Any = None, *, reset: Any = None, time: Any = None, **arrays: Any) -> bool:
+    def record(self, data: Any = None, *, reset: Any = None, time: Any = None, overlays: Mapping | None = None,
+               **arrays: Any) -> bool:
         """Record a frame if the next render time point is reached; returns whether it recorded.
 
         `data`: an MjData (one world), a sequence of MjData (one per world), a mujoco_warp Data or an
@@ -202,13 +237,19 @@ class Recorder:
         accumulated). `time`: the batch's simulation time in seconds, required with arrays; default:
         world 0's `data.time` (on a device, reading it costs one small device→host copy per call;
         pass `time` from a host-side step counter to avoid that synchronization).
+
+        `overlays`: this frame's debug primitives per declared overlay name (dropped when no frame is
+        recorded): per world, an array (nworld, n, 3|6) or a list of nworld per-world values (see
+        `mjarchive.Overlay`), indexed by `worlds`; values with one entry per recorded world, when
+        `len(worlds) < nworld`, are taken as they are (in `worlds` order). Host data (NumPy, lists):
+        device frames keep a copy until their block reaches the writer.
         """
         if self._closed:
             raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
         if arrays or data is None or is_mjx_data(data):
-            return self._record_arrays(data, arrays, reset, time)
+            return self._record_arrays(data, arrays, reset, time, overlays)
         if _is_warp_data(data):
-            return self._record_warp(data, reset, time)
+            return self._record_warp(data, reset, time, overlays)
         if isinstance(data, mujoco.MjData):
             batch: Sequence[mujoco.MjData] = (data,)
         elif isinstance(data, Sequence) and data and all(isinstance(d, mujoco.MjData) for d in data):
@@ -234,9 +275,36 @@ class Recorder:
             fields[name] = np.stack([np.reshape(getattr(d, name), shape) for d in sel])
         reset_sel = self._reset_acc[self._sel]
         self._reset_acc[:] = False
-        self._writer.append(self._cadence.time, reset=reset_sel, **fields)
+        if overlays:
+            overlays = select_overlays(overlays, self._writer.manifest.overlays, self._sel, self._nworld, copy=False)
+        refused = None
+        if self._variants is not None:  # a refused event does not cost the frame: raised after it
+            refused = self._variants.frame_events(self._writer, batch, self._sel, reset_sel, self.frames_recorded)
+        self._writer.append(self._cadence.time, reset=reset_sel, overlays=overlays, **fields)
         self.frames_recorded += 1
+        if refused is not None:
+            raise refused
         return True
+
+    def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
+        """Record values of declared `variant_fields` for recorded worlds, in force from `frame` on.
+
+        `world_ids`: world IDs as stored (for a Recorder, the batch indices in `worlds`), one or a
+        sequence. `frame`: an archive frame index, default the next frame this recorder records.
+        Each value has the field's per-world shape (e.g. (ngeom, 4) for geom_rgba: the same for all
+        listed worlds) or (len(world_ids), *shape). Values are checked now (AppendError naming the
+        field and world); events reach the writer with their frame.
+        """
+        if self._closed:
+            raise ClosedError("this Recorder is closed")
+        if self._variants is None:
+            raise MjArchiveError("this archive declares no variant fields; create the Recorder with "
+                                 "variant_fields=('geom_rgba', ...)")
+        known = self.world_ids if self._writer is not None else (
+            None if self._worlds_arg is None else tuple(self._worlds_arg.tolist()))
+        appended = self.frames_recorded if self._gatherer is None else self._seq_appended
+        self._variants.set_variant(self._writer, known, world_ids, frame, fields, appended=appended,
+                                   recorded=self.frames_recorded)
 
     def flush(self) -> None:
         """Hand every recorded frame to the writer and commit it."""
@@ -254,6 +322,9 @@ class Recorder:
         try:
             if self._gatherer is not None:
                 self._gatherer.drain_all()
+            if self._variants is not None and self._writer is not None:  # events set for frames never recorded
+                appended = self.frames_recorded if self._gatherer is None else self._seq_appended
+                self._variants.log.emit(self._writer, appended, None)
         finally:
             self._closed = True
             if self._writer is not None:
@@ -305,6 +376,8 @@ class Recorder:
         self._writer = create(self._location, self._bundle, world_ids=self._sel.tolist(),
                               backend=self._backend or backend,
                               tracks=self._track_specs, **self._create_kwargs)
+        if self._variants is not None:
+            self._variants.created(self._writer)
 
     def _accumulate_reset(self, reset: Any) -> None:
         if reset is None:
@@ -316,23 +389,32 @@ class Recorder:
         self._reset_acc |= mask.astype(bool)
         self._reset_pending = True
 
-    def _record_warp(self, data: Any, reset: Any, time: Any, backend: str = "mujoco_warp") -> bool:
+    def _record_warp(self, data: Any, reset: Any, time: Any, overlays: Any = None,
+                     backend: str = "mujoco_warp") -> bool:
         self._start(int(data.nworld), backend)
         if self._gatherer is None:
             from .warp import WarpGatherer
 
+            if self._sim_kind == "models":
+                raise BackendError("sim_model is a list of MjModel, but record() got Warp data; pass the "
+                                   "mujoco_warp Model (sim_model=m) to capture variants on the device")
+            captures = self._variants is not None and self._sim_kind == "warp"
             self._gatherer = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
                                           tracks=self._track_shapes, block_frames=self._block_frames,
-                                          ring_buffers=self._ring_buffers, sink=self._append_block)
+                                          ring_buffers=self._ring_buffers, sink=self._append_block,
+                                          variant_model=self._sim_model if captures else None,
+                                          variant_shapes=self._variants.shapes(self._writer) if captures else None)
+            if self._gatherer.variants_missing:  # set_variant can record them: warned once, not refused
+                warnings.warn(self._gatherer.variants_missing, stacklevel=3 if backend == "mujoco_warp" else 4)
         if reset is not None:
             if library_of(reset) == "warp":
                 self._gatherer.accumulate_reset(reset)
             else:
                 self._accumulate_reset(reset)
         t = self._gatherer.read_time(data) if time is None else _scalar_time(time)
-        return self._gather_if_due(data, t)
+        return self._gather_if_due(data, t, overlays)
 
-    def _record_arrays(self, data: Any, arrays: dict[str, Any], reset: Any, time: Any) -> bool:
+    def _record_arrays(self, data: Any, arrays: dict[str, Any], reset: Any, time: Any, overlays: Any) -> bool:
         """Named per-world arrays (or an MJX Data's fields): gathered on their device by their library."""
         backend = None
         if data is not None:
@@ -352,7 +434,10 @@ class Recorder:
                 raise AppendError(f"qpos is a {type(arrays['qpos']).__module__}.{type(arrays['qpos']).__name__}; "
                                   "record() takes NumPy, JAX, torch, CuPy or Warp arrays")
             if library == "warp":  # Warp arrays go through the mujoco_warp gatherer (kernels, pinned ring)
-                return self._record_warp(_WarpFields(arrays), reset, time, backend or "warp")
+                return self._record_warp(_WarpFields(arrays), reset, time, overlays, backend or "warp")
+            if self._sim_kind is not None:
+                raise BackendError(f"sim_model captures variants from MjData or mujoco_warp Data, not {library} "
+                                   "arrays; record the values with rec.set_variant(world_ids, field=...)")
             if gatherer is not None:  # a Warp gatherer: _start names the mismatch
                 self._start(self._nworld, backend or library)
             self._start(self._check_first_shapes(arrays), backend or library)
@@ -368,11 +453,13 @@ class Recorder:
                 gatherer.accumulate_reset(reset)
             else:
                 self._accumulate_reset(reset)
-        return self._gather_if_due(arrays, _scalar_time(time))
+        return self._gather_if_due(arrays, _scalar_time(time), overlays)
 
-    def _gather_if_due(self, source: Any, t: float) -> bool:
+    def _gather_if_due(self, source: Any, t: float, overlays: Any) -> bool:
         if not self._cadence.advance(t):
             return False
+        if overlays:
+            self._keep_overlays(overlays)
         if self._reset_pending:
             host_reset = self._reset_acc[self._sel]
             self._reset_acc[:] = False
@@ -417,21 +504,53 @@ class Recorder:
             raise AppendError("qpos has no worlds (its leading dimension is 0)")
         return nworld
 
-    def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray) -> None:
+    def _keep_overlays(self, overlays: Mapping) -> None:
+        """Gatherer paths: check and copy a recorded frame's overlays until its block is appended."""
+        declared = self._writer.manifest.overlays
+        values = select_overlays(overlays, declared, self._sel, self._nworld, copy=True)
+        frame = self._writer.n_frames + self.frames_recorded - self._seq_appended
+        for name, value in values.items():  # refused now, at the call that gave them, not at the block
+            declared[name].pack(name, value, len(self._sel), frame)
+        self._overlay_frames[self.frames_recorded] = values
+
+    def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray,
+                      captured: Sequence = ()) -> None:
         """The gatherers' sink. A block the writer refuses (a NaN, say) keeps its good frames, as the
         MjData path keeps every frame but the bad one; the first refusal (naming the frame and world)
-        is raised after them."""
-        try:
-            self._writer.append(times, reset=reset, **fields)
-            return
-        except AppendError as exc:
-            first = exc
-        for i in range(len(times)):
+        is raised after them. `captured`: the block's variant captures, (frame in block, selection
+        positions, values). Each event reaches the writer just before its frame: the block is
+        appended in parts split at the frames that carry events (one part when none do)."""
+        s0, n = self._seq_appended, len(times)
+        self._seq_appended = s0 + n
+        log = None if self._variants is None else self._variants.log
+        if log is not None:
+            for j, pos, values in captured:
+                log.add(s0 + j, pos, values, captured=True)
+        overlays = block_overlays(self._overlay_frames, s0, n) if self._overlay_frames else None
+        cuts = (0, n) if log is None else log.cuts(s0, n)
+
+        def append(part: slice) -> None:
+            one = None if overlays is None else {k: v[part] for k, v in overlays.items()}
+            self._writer.append(times[part], reset=reset[part], overlays=one, **{k: f[part] for k, f in fields.items()})
+
+        first: AppendError | None = None
+        for a, b in zip(cuts, cuts[1:]):
             try:
-                self._writer.append(times[i:i + 1], reset=reset[i:i + 1], **{n: f[i:i + 1] for n, f in fields.items()})
-            except AppendError:
-                pass
-        raise first
+                if log is not None:
+                    log.emit(self._writer, s0 + a, s0 + a + 1)
+            except AppendError as exc:  # the frames are still appended
+                first = first or exc
+            try:
+                append(slice(a, b))
+            except AppendError as exc:
+                first = first or exc
+                for i in range(a, b):  # frame by frame: every good frame is kept
+                    try:
+                        append(slice(i, i + 1))
+                    except AppendError:
+                        pass
+        if first is not None:
+            raise first
 
 
 class _WarpFields:

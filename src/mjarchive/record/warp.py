@@ -11,6 +11,14 @@ keeps the per-frame Python cost low. A block is
 handed to the writer (one `append` of ``block_frames`` frames) only when its ring slot is needed
 again, after waiting on the event recorded when the block filled, so the training thread
 synchronizes once per ``block_frames * (ring_buffers - 1)`` frames rather than per frame.
+
+Model variants (`WarpVariants`): at the first recorded frame and at each later frame where selected
+worlds may have reset, a small kernel lists those that did into the ring slot (an atomic counter,
+so only resetting worlds take room) and one kernel per declared Model field, one thread per
+selected world, copies just their rows next to it; the count travels to the host with the block
+and, when it is not zero, those rows follow once per block. A world that did not reset costs a
+read of its flag: the cost is O(selected worlds + resetting worlds × field size) per frame, and
+frames with only NumPy masks and no resets launch nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +68,29 @@ def _take_reset(acc: wp.array(dtype=wp.uint8), dst: wp.array2d(dtype=wp.uint8), 
     acc[i] = wp.uint8(0)
 
 
+@wp.kernel(enable_backward=False)
+def _list_captures(acc: wp.array(dtype=wp.uint8), host: wp.array(dtype=wp.uint8), count: wp.array(dtype=wp.int32),
+                   pos: wp.array(dtype=wp.int32), who: wp.array(dtype=wp.int32), frame: int, k: int):
+    i = wp.tid()
+    pos[i] = -1
+    if acc[i] != wp.uint8(0) or host[i] != wp.uint8(0):
+        p = wp.atomic_add(count, 0, 1)
+        pos[i] = p
+        who[p] = frame * k + i
+
+
+@wp.kernel(enable_backward=False)
+def _capture_rows(src: wp.array2d(dtype=Any), idx: wp.array(dtype=wp.int32), pos: wp.array(dtype=wp.int32),
+                  dst: wp.array2d(dtype=Any)):
+    # One thread per selected world: a world that did not reset costs one read, one that did its row.
+    i = wp.tid()
+    p = pos[i]
+    if p >= 0:
+        r = idx[i]
+        for e in range(dst.shape[1]):
+            dst[p, e] = src[r, e]
+
+
 def _rows(array: Any, nworld: int, name: str) -> Any:
     """A zero-copy (nworld, row) float32 view of a per-world Data field (vec3/quat rows flattened)."""
     if array.shape[0] != nworld or not array.is_contiguous:
@@ -74,8 +105,8 @@ class WarpGatherer:
     """Device-side gather, ring of pinned host blocks, amortized synchronization (see module doc)."""
 
     def __init__(self, data: Any, sel: np.ndarray, *, nq: int, nmocap: int, tracks: dict[str, tuple[int, ...]],
-                 block_frames: int, ring_buffers: int,
-                 sink: Callable[[np.ndarray, dict[str, np.ndarray], np.ndarray], None]):
+                 block_frames: int, ring_buffers: int, sink: Callable[..., None],
+                 variant_model: Any = None, variant_shapes: dict[str, tuple[int, ...]] | None = None):
         self.device = data.qpos.device
         self.nworld = int(data.nworld)
         self.k = len(sel)
@@ -128,6 +159,16 @@ class WarpGatherer:
         self._device_reset_used = False
         self._pending: deque = deque()  # (slot, event or None, times, host resets, device resets used, n)
         self.bytes_copied = 0
+        self._variants = None if variant_model is None or not variant_shapes else WarpVariants(
+            variant_model, variant_shapes, sel, self.nworld, self.device, block_frames, ring_buffers)
+        missing = [] if self._variants is None else self._variants.missing
+        #: A warning for the recorder to give when declared variant fields cannot be captured, else "".
+        self.variants_missing = "" if not missing else (
+            f"the mujoco_warp Model has no {', '.join(missing)}, so the recorder cannot capture "
+            f"{'it' if len(missing) == 1 else 'them'}; record the values with rec.set_variant(world_ids, "
+            f"{missing[0]}=...)")
+        if self._variants is not None and not self._variants.shapes:
+            self._variants = None  # nothing to capture
 
     # -- per call --------------------------------------------------------------------------------
     def read_time(self, data: Any) -> float:
@@ -170,6 +211,8 @@ class WarpGatherer:
                 cmd.launch()
         # On CUDA the rows stay in the device block; _seal() copies the whole block to the host at once.
         self.bytes_copied += self.k * self.row * 4
+        if self._variants is not None:  # before _take_reset clears the accumulator it reads
+            self._variants.capture(slot, j, host_reset, self._acc if self._device_reset_used else None)
         if self._device_reset_used:
             wp.launch(_take_reset, dim=self.k, inputs=[self._acc, self._dev_reset[slot], j], device=self.device)
         self._times[j] = time
@@ -203,6 +246,8 @@ class WarpGatherer:
             wp.copy(self._host[slot], self._dev[slot], count=self._fill * self.k * self.row, stream=self._stream)
             if self._device_reset_used:
                 wp.copy(self._host_reset[slot], self._dev_reset[slot], count=self._fill * self.k, stream=self._stream)
+            if self._variants is not None:
+                self._variants.seal(slot)
         event = wp.get_stream(self.device).record_event() if self.device.is_cuda else None
         self._pending.append((self._slot, event, self._times[: self._fill].copy(),
                               self._host_reset_rows[: self._fill].copy(), self._device_reset_used, self._fill))
@@ -222,8 +267,170 @@ class WarpGatherer:
         if device_reset:
             reset = reset | self._host_reset_np[slot][:n].astype(bool)
             self._host_reset_np[slot][:n] = 0
-        self._sink(times, fields, reset)  # the writer copies before returning, so the slot is free
+        captured = () if self._variants is None else self._variants.collect(slot)
+        self._sink(times, fields, reset, captured)  # the writer copies before returning, so the slot is free
 
     def drain_all(self) -> None:
         """Seal the partial block and hand every pending block to the sink, oldest first."""
         drain_all(self)
+
+
+class WarpVariants:
+    """Rows of declared mujoco_warp Model fields for selected worlds, captured on the device.
+
+    A Model field's leading dimension ``n`` (1 when it has none, as ``site_size``) holds the rows
+    world ``w`` uses at ``w % n``, as mujoco_warp indexes them: ``nworld`` rows are per world, one is
+    shared. Declared fields the Model lacks (``site_rgba``) are not captured (`missing` names them:
+    the recorder warns, and `Recorder.set_variant` records them). Fields are looked up on the Model
+    at every capture, so a field replaced by a batched array (``m.geom_rgba = wp.array(...)``) is
+    followed.
+    """
+
+    def __init__(self, model: Any, shapes: dict[str, tuple[int, ...]], sel: np.ndarray, nworld: int, device: Any,
+                 block_frames: int, ring_buffers: int):
+        self.model = model
+        self.shapes = {n: s for n, s in shapes.items() if getattr(model, n, None) is not None}
+        self.missing = [n for n in shapes if n not in self.shapes]
+        self.nworld, self.k = nworld, len(sel)
+        self.device = device
+        self.rows_captured = 0  # world rows captured so far (each: every captured field of one world)
+        self._sel = np.asarray(sel, np.intp)
+        self._first = True
+        self._numpy = not device.is_cuda and CPU_NUMPY_GATHER
+        self._events: list[list] = [[] for _ in range(ring_buffers)]  # NumPy path: (j, positions, values)
+        sources = {n: self._source(n) for n in self.shapes}
+        if self._numpy:
+            return
+        cap, cuda = block_frames * self.k, device.is_cuda
+        with wp.ScopedDevice(device):
+            self._idx = {nworld: wp.array(self._sel.astype(np.int32), dtype=wp.int32)}  # rows by leading dim
+            self._pos = wp.zeros(self.k, dtype=wp.int32)
+            self._mask = wp.zeros(self.k, dtype=wp.uint8)
+            self._no_acc = wp.zeros(self.k, dtype=wp.uint8)
+            self._count = [wp.zeros(1, dtype=wp.int32) for _ in range(ring_buffers)]
+            self._who = [wp.zeros(cap, dtype=wp.int32) for _ in range(ring_buffers)]
+            self._dev = [{n: wp.zeros((cap, a.shape[1]), dtype=a.dtype) for n, a in sources.items()}
+                         for _ in range(ring_buffers)]
+        host = dict(device="cpu", pinned=True)
+        if cuda:
+            self._mask_host = [wp.zeros((block_frames, self.k), dtype=wp.uint8, **host) for _ in range(ring_buffers)]
+            self._count_host = [wp.zeros(1, dtype=wp.int32, **host) for _ in range(ring_buffers)]
+            self._who_host = [wp.zeros(cap, dtype=wp.int32, **host) for _ in range(ring_buffers)]
+            self._host = [{n: wp.zeros(a.shape, dtype=a.dtype, **host) for n, a in dev.items()} for dev in self._dev]
+            # The rows of a drained slot are complete (its block's event passed): copying them on a
+            # stream of their own waits for nothing the simulation queued since.
+            self._copy_stream = wp.Stream(device)
+        else:  # device memory is host memory
+            self._count_host, self._who_host, self._host = self._count, self._who, self._dev
+        self._stream = wp.get_stream(device) if cuda else None
+        self._mask_set = False
+        self._launches: list[tuple[tuple, Any, list]] = [((), None, [])] * ring_buffers
+
+    def _source(self, name: str) -> Any:
+        """The field as a (n, count) array of its own dtype; world w uses row w % n."""
+        a = getattr(self.model, name)
+        count, tail = self.shapes[name][0], self.shapes[name][1:]
+        if a.ndim == 1 and a.is_contiguous:
+            a = a.reshape((1, a.shape[0]))
+        if (a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != count
+                or getattr(a.dtype, "_length_", 1) != max(1, int(np.prod(tail)))):
+            raise BackendError(f"Model.{name} has shape {a.shape} of {a.dtype.__name__}; a variant field must be "
+                               f"(rows, {count}) of {tail or 'scalar'} elements (rows: nworld={self.nworld}, 1, or "
+                               f"any n, world w using row w % n), as put_model makes it (batch it with "
+                               f"m.{name} = wp.array(values, dtype=...))")
+        if a.device != self.device:
+            raise BackendError(f"Model.{name} is on {a.device}, the Data on {self.device}; keep them on one device")
+        return a
+
+    def _rows_of(self, n: int) -> Any:
+        """The device index array of the selected worlds' rows in a field of leading dimension n."""
+        if n not in self._idx:
+            self._idx[n] = wp.array((self._sel % n).astype(np.int32), dtype=wp.int32, device=self.device)
+        return self._idx[n]
+
+    def capture(self, slot: int, j: int, host_reset: np.ndarray, acc: Any) -> None:
+        """At frame j of ring slot `slot`: capture the worlds reset since the last frame (`host_reset`
+        from NumPy masks, `acc` the device accumulator or None), every world at the first frame."""
+        first, self._first = self._first, False
+        if self._numpy:
+            mask = np.ones(self.k, bool) if first else host_reset.copy()
+            if acc is not None:
+                mask |= acc.numpy().astype(bool)  # zero-copy on the "cpu" device
+            pos = np.flatnonzero(mask)
+            self.rows_captured += pos.size
+            if pos.size:
+                values = {}
+                for name, shape in self.shapes.items():
+                    src = self._source(name)
+                    values[name] = src.numpy()[self._sel[pos] % src.shape[0]].reshape(pos.size, *shape)
+                self._events[slot].append((j, pos, values))
+            return
+        mask = np.ones(self.k, np.uint8) if first else host_reset.astype(np.uint8)
+        any_host = first or bool(host_reset.any())
+        if acc is None and not any_host:
+            return
+        if any_host or self._mask_set:  # the device mask is left zero between host resets
+            if self._stream is not None:  # staged in the slot's pinned memory, which outlives the copy
+                self._mask_host[slot].numpy()[j] = mask
+                wp.copy(self._mask, self._mask_host[slot], src_offset=j * self.k, count=self.k, stream=self._stream)
+            else:
+                self._mask.numpy()[:] = mask
+            self._mask_set = any_host
+        mark, rows = self._recorded(slot, acc)
+        mark.set_param_at_index(5, j)
+        mark.launch()
+        for cmd in rows:
+            cmd.launch()
+
+    def _recorded(self, slot: int, acc: Any) -> tuple[Any, list]:
+        """The slot's launches, recorded once per set of field arrays (replayed: little Python per frame)."""
+        key = (acc is None, *((a.ptr, a.shape, a.strides) for a in (getattr(self.model, n) for n in self.shapes)))
+        if self._launches[slot][0] == key:
+            return self._launches[slot][1:]
+        mark = wp.launch(_list_captures, dim=self.k, device=self.device, record_cmd=True,
+                         inputs=[self._no_acc if acc is None else acc, self._mask, self._count[slot], self._pos,
+                                 self._who[slot], 0, self.k])
+        rows = []
+        for name in self.shapes:
+            src = self._source(name)
+            dst = self._dev[slot][name]
+            if src.dtype is not dst.dtype:
+                raise BackendError(f"Model.{name} changed dtype to {src.dtype.__name__} during the run; keep "
+                                   f"{dst.dtype.__name__}")
+            rows.append(wp.launch(_capture_rows, dim=self.k, device=self.device, record_cmd=True,
+                                  inputs=[src, self._rows_of(src.shape[0]), self._pos, dst]))
+        self._launches[slot] = (key, mark, rows)
+        return mark, rows
+
+    def seal(self, slot: int) -> None:
+        """CUDA: queue the slot's capture count behind its block (read after the block's event)."""
+        if not self._numpy and self._stream is not None:
+            wp.copy(self._count_host[slot], self._count[slot], stream=self._stream)
+
+    def collect(self, slot: int) -> list[tuple[int, np.ndarray, dict[str, np.ndarray]]]:
+        """The slot's captures, after its block's event: (frame j in block, selection positions, values)."""
+        if self._numpy:
+            events, self._events[slot] = self._events[slot], []
+            return events
+        n = int(self._count_host[slot].numpy()[0])
+        if not n:
+            return []
+        self.rows_captured += n
+        if self._stream is not None:  # only the n captured rows cross
+            stream = self._copy_stream
+            wp.copy(self._who_host[slot], self._who[slot], count=n, stream=stream)
+            for name, dev in self._dev[slot].items():
+                wp.copy(self._host[slot][name].flatten(), dev.flatten(), count=n * dev.shape[1], stream=stream)
+            wp.synchronize_stream(stream)
+        self._count[slot].zero_()  # on the simulation's stream: before the slot's next captures
+        who = self._who_host[slot].numpy()[:n]
+        order = np.argsort(who, kind="stable")
+        who = who[order]
+        frames, positions = who // self.k, who % self.k
+        values = {name: self._host[slot][name].numpy()[:n][order].reshape(n, *shape)
+                  for name, shape in self.shapes.items()}
+        events = []
+        for j in np.unique(frames).tolist():
+            at = frames == j
+            events.append((j, positions[at], {name: v[at] for name, v in values.items()}))
+        return events

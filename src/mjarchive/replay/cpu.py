@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 
 import mujoco
 import numpy as np
 
 from .._errors import BackendError, ClosedError
+from ..archive.variants import VARIANT_FIELDS, apply_variant, default_values
 from . import worker
 from .camera import View
 
@@ -48,6 +50,9 @@ class CpuRenderer:
     `set_state` then `render(camera)`; a fresh renderer and every camera switch render one frame
     that is discarded, because MuJoCo's first frame after a switch differs from steady state
     (measured up to 10/255 per pixel) and output must not depend on how work is split.
+    `set_variant` sets per-world model values (domain randomization) on the renderer's own copy
+    of the model; `variant_defaults` are that model's own values, `variant_layouts` where each
+    world's values go in it (`variant_map.layout_for`, kept as long as the renderer).
     """
 
     def __init__(self, model: mujoco.MjModel, size: tuple[int, int], quality: str = "full", options=None):
@@ -57,6 +62,9 @@ class CpuRenderer:
         self.quality = quality
         self.model = prepare_model(model, self.size, quality)
         self.data = mujoco.MjData(self.model)
+        self.variant_defaults = default_values(self.model, VARIANT_FIELDS)
+        self.variant_layouts: dict = {}
+        self._varied: set[str] = set()
         try:
             self.renderer = mujoco.Renderer(self.model, height=self.size[0], width=self.size[1])
         except Exception as exc:
@@ -97,10 +105,20 @@ class CpuRenderer:
             mujoco.mj_flex(m, d)
         mujoco.mj_camlight(m, d)
 
-    def render(self, camera: int | View = FREE_CAMERA, pose: np.ndarray | None = None) -> np.ndarray:
+    def set_variant(self, values: dict[str, np.ndarray]) -> None:
+        """Set model fields to `values` (name -> array shaped like this model's field, see
+        `archive.variants`); fields an earlier call set and `values` leaves out get the model's
+        own values back. Kinematic fields (body_pos, ...) take effect at the next `set_state`."""
+        restore = {name: self.variant_defaults[name] for name in self._varied - set(values)}
+        apply_variant(self.model, {**restore, **values})
+        self._varied = set(values)
+
+    def render(self, camera: int | View = FREE_CAMERA, pose: np.ndarray | None = None,
+               decorate: Callable[[mujoco.MjvScene, mujoco.MjData], None] | None = None) -> np.ndarray:
         """RGB of the current state, (H, W, 3) uint8, from a model camera id (-1: MuJoCo's default
         free camera) or a `camera.View` rendered as a free MjvCamera (`pose`: this frame's
-        (lookat x, y, z, azimuth) of a tracking view)."""
+        (lookat x, y, z, azimuth) of a tracking view). `decorate(scene, data)` may add geoms to
+        the MjvScene after MuJoCo filled it (overlays), before it is drawn."""
         if self._closed:
             raise ClosedError("this renderer is closed")
         if isinstance(camera, View):
@@ -112,12 +130,17 @@ class CpuRenderer:
         else:
             target = int(camera)
             self.model.vis.global_.fovy = self._fovy  # MuJoCo's default free camera (-1) reads it
-        self.renderer.update_scene(self.data, camera=target, scene_option=self._option)
+        self._update(target, decorate)
         if camera != self._last_camera:
             self.renderer.render()
             self._last_camera = camera
-            self.renderer.update_scene(self.data, camera=target, scene_option=self._option)
+            self._update(target, decorate)
         return self.renderer.render()
+
+    def _update(self, target, decorate) -> None:
+        self.renderer.update_scene(self.data, camera=target, scene_option=self._option)
+        if decorate is not None:
+            decorate(self.renderer.scene, self.data)
 
     def close(self) -> None:
         if not self._closed:

@@ -25,7 +25,8 @@ import numpy as np
 
 from .._errors import MjArchiveError
 
-__all__ = ["HUD_FIELDS", "CORNERS", "Hud", "format_lines", "draw_text", "draw_label", "font_size", "sanitize"]
+__all__ = ["HUD_FIELDS", "CORNERS", "Hud", "HudText", "format_lines", "draw_text", "draw_label", "font_size",
+           "sanitize"]
 
 #: Fields every archive has; an archive's track names are valid fields too.
 HUD_FIELDS = ("world", "episode", "frame", "time")
@@ -373,3 +374,30 @@ def draw_label(rgb: np.ndarray, text: str, xy: tuple[float, float], limit: int =
     x0 = int(round(x - layout.width / 2))
     y0 = int(round(y)) - layout.height - max(1, layout.pad)
     _burn(rgb, layout, x0, y0)
+
+
+class HudText:
+    """The corner text of each frame, from values the archive holds (read per unit, in the encoder).
+
+    archive: the open Archive; `draw(world_id, unit, rgb)` burns unit's frames (a RenderUnit's
+    frames and episodes; world_id None in grid and scene videos) into rgb (n, H, W, 3) in place."""
+
+    def __init__(self, archive, hud: Hud):
+        self.archive, self.hud = archive, hud
+        self.tracks = [f for f in hud.fields if f in archive.tracks]
+
+    def draw(self, world_id: int | None, unit, rgb: np.ndarray) -> None:
+        frames = np.asarray(unit.frames, np.int64)
+        times = self.archive.select(frames=frames).time if "time" in self.hud.fields else None
+        tracks = {}
+        if world_id is not None and self.tracks:
+            sel = self.archive.select(worlds=[world_id], frames=frames)
+            tracks = {name: sel.track(name)[:, 0] for name in self.tracks}
+        eps = unit.episodes
+        for i, f in enumerate(unit.frames):
+            lines = format_lines(self.hud, world=world_id, frame=int(f),
+                                 episode=None if eps is None or eps.ndim != 1 else int(eps[i]),
+                                 time=None if times is None else float(times[i]),
+                                 tracks={k: v[i] for k, v in tracks.items()})
+            if lines:
+                draw_text(rgb[i], lines, self.hud.corner)

@@ -2,12 +2,15 @@
 
 Runs in the process that encodes. It resolves the requested cameras against the replay model
 (`camera.View`s for free, tracking and auto cameras), cuts each video's frames into units that
-never cross a stored chunk, and, for tracking cameras, computes the camera path of every video in
-frame order (`attach_paths`), so smoothing never depends on how the work is split.
+never cross a stored chunk (nor, in per-world videos, a change of the world's model variants),
+and, for tracking cameras, computes the camera path of every video in frame order
+(`attach_paths`, posed with the variants in force), so smoothing never depends on how the work is
+split.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -18,9 +21,11 @@ import numpy as np
 
 from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import Archive
+from ..archive.variants import apply_variant
 from . import warp
 from .camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_view, framing_geoms,
                      resolve, sample_indices, track_path)
+from .variant_map import KINEMATIC_FIELDS
 from .video import camera_label, grid_shape, video_name
 from .worker import RenderUnit
 
@@ -153,13 +158,18 @@ def _pose(model, data, qpos, mocap_pos, mocap_quat) -> None:
 
 # -- units ----------------------------------------------------------------------------------------------
 
-def split(frames: np.ndarray, chunk_frames: int, max_frames: int) -> list[tuple[int, ...]]:
-    """Split frame indices into runs that never cross a stored chunk and hold <= max_frames."""
+def split(frames: np.ndarray, chunk_frames: int, max_frames: int,
+          changes: np.ndarray | None = None) -> list[tuple[int, ...]]:
+    """Split frame indices into runs that never cross a stored chunk and hold <= max_frames;
+    `changes` (sorted frame indices): a run also ends before each of them (model variants)."""
     out: list[tuple[int, ...]] = []
     if not len(frames):
         return out
     chunk = frames // chunk_frames
-    bounds = np.flatnonzero(np.diff(chunk)) + 1
+    new = np.diff(chunk) != 0
+    if changes is not None and len(changes):
+        new |= np.diff(np.searchsorted(np.asarray(changes, np.int64), frames, side="right")) != 0
+    bounds = np.flatnonzero(new) + 1
     for part in np.split(frames, bounds):
         for s in range(0, len(part), max_frames):
             out.append(tuple(int(f) for f in part[s:s + max_frames]))
@@ -171,9 +181,10 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
                layout: str, split_episodes: bool, model_mjb: bytes | None, out_dir: Path,
                model: mujoco.MjModel, unit_bytes: int | None = None, warp_batch: int | None = None,
                scene: Any = None, options: Any = None, recipe: str | None = None,
-               labels: Any = None) -> list[Output]:
+               labels: Any = None, overlays: tuple[str, ...] = ()) -> list[Output]:
     """Every output video with its ordered work units. warp_batch: states per Warp launch
-    (default: what the device's memory budget allows, capped by the selection's size)."""
+    (default: what the device's memory budget allows, capped by the selection's size).
+    overlays: names of the overlay tracks drawn (CPU)."""
     sel = archive.select(worlds=worlds, frames=frames)
     world_ids = list(sel.world_ids)
     frame_idx = selected_frames(archive, sel, frames)
@@ -195,7 +206,12 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
 
     def unit(world_id: int, camera: int | View, part: tuple[int, ...]) -> RenderUnit:
         return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
-                          warp_batch, scene=scene, options=options, recipe=recipe, labels=labels)
+                          warp_batch, scene=scene, options=options, recipe=recipe, labels=labels,
+                          overlays=tuple(overlays))
+
+    def changes(world_id: int) -> np.ndarray | None:
+        """Frames at which a world's model variants change: no per-world unit straddles one."""
+        return archive.variant_changes(world_id) if archive.variant_fields else None
 
     outputs: list[Output] = []
     per_unit = max(1, budget // (h * w * 3))
@@ -203,6 +219,9 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
         per_unit = min(per_unit, CPU_UNIT_FRAMES)
     if layout == "scene":
         for cam, label in cameras:
+            # Scene and grid units cover every world's same frames, so they are not cut at each
+            # world's changes (64 worlds' resets would leave units of a few frames): the worker
+            # sets new values wherever they change within a unit (unit.render_unit).
             units = [unit(world_ids[0], cam, part) for part in split(frame_idx, cf, per_unit)]
             outputs.append(Output(out_dir / video_name(None, label, head="scene"), cam, label, world_ids, units,
                                   len(frame_idx)))
@@ -226,7 +245,7 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
             pieces = [(None, frame_idx)]
         for cam, label in cameras:
             for episode, idx in pieces:
-                units = [unit(wid, cam, part) for part in split(idx, cf, per_unit)]
+                units = [unit(wid, cam, part) for part in split(idx, cf, per_unit, changes(wid))]
                 outputs.append(Output(out_dir / video_name(wid, label, episode), cam, label, [wid], units, len(idx)))
     return outputs
 
@@ -256,9 +275,11 @@ def attach_paths(archive: Archive, model: mujoco.MjModel, outputs: list[Output],
     world over the whole video, in frame order) and, with `episodes`, episode numbers."""
     cache: dict = {}
     data = mujoco.MjData(model)
+    kinematic = [f for f in archive.variant_fields if f in KINEMATIC_FIELDS]
+    varied = copy.copy(model) if kinematic else None  # never the caller's or the cached model itself
 
     def path(view: View, world_id: int, frames: np.ndarray) -> np.ndarray:
-        xpos, xmat = _body_poses(archive, model, data, world_id, frames, view.body)
+        xpos, xmat = _body_poses(archive, model, data, world_id, frames, view.body, varied, kinematic)
         eps = episode_numbers(archive, world_id, frames, cache)
         return track_path(view, xpos, xmat, archive.select(frames=frames).time, eps)
 
@@ -297,13 +318,21 @@ def attach_paths(archive: Archive, model: mujoco.MjModel, outputs: list[Output],
 
 
 def _body_poses(archive: Archive, model: mujoco.MjModel, data: mujoco.MjData, world_id: int, frames: np.ndarray,
-                body: int) -> tuple[np.ndarray, np.ndarray]:
-    """xpos (n, 3) and xmat (n, 9) of `body` at `frames` of one world, read chunk by chunk."""
+                body: int, varied: mujoco.MjModel | None = None,
+                kinematic: list[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """xpos (n, 3) and xmat (n, 9) of `body` at `frames` of one world, read chunk by chunk;
+    with `kinematic` variant fields, posed by `varied` (a copy of `model`) with the world's
+    values in force."""
     cf = archive.manifest.chunk_frames
     xpos = np.empty((len(frames), 3))
     xmat = np.empty((len(frames), 9))
     i = 0
-    for part in split(frames, cf, cf):
+    changes = archive.variant_changes(world_id) if kinematic else None
+    for part in split(frames, cf, cf, changes):
+        if kinematic:
+            values = archive.variant(world_id, part[0])
+            apply_variant(varied, {f: values[f] for f in kinematic})
+            model = varied
         sel = archive.select(worlds=[world_id], frames=np.asarray(part))
         q = sel.qpos[:, 0]
         mp, mq = (sel.mocap_pos[:, 0], sel.mocap_quat[:, 0]) if model.nmocap else (None, None)

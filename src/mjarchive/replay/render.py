@@ -36,12 +36,14 @@ from ..archive.reader import open as open_archive
 from . import warp
 from .camera import Camera, View
 from .cpu import QUALITIES
-from .hud import Hud, draw_text, format_lines
+from .hud import Hud, HudText
 from .options import SceneOptions
+from .overlay_draw import refuse_on_warp, select_overlays
 from .plan import LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
 from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
 from ..archive.store import is_url, local_path
 from .unit import render_unit
+from .variant_map import check_replay_model
 from .video import GridComposer, VideoWriter
 from .worker import RenderUnit, UnitResult, bundle_model, lend_archive
 
@@ -106,6 +108,10 @@ def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window
             yield UnitResult(u.world_id, u.camera, u.frames, rgb)
     finally:
         packed.close()
+
+
+def _variant_shapes(archive: Archive) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(spec.shape) for name, spec in archive.manifest.variants.items()}
 
 
 def _open_archive(archive: Any, storage_options: dict | None) -> tuple[Archive, bool]:
@@ -250,7 +256,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
            split_episodes: bool = False, model: Any = None, storage_options: dict | None = None,
            resume: bool = True, warp_batch: int | None = None, spacing: float = 2.0, hud: Any = "default",
            on_frame: Callable[[int | None, int, np.ndarray], np.ndarray | None] | None = None,
-           scene: Any = None) -> list[Path]:
+           scene: Any = None, overlays: Any = None) -> list[Path]:
     """Render selected worlds and frames of an archive to mp4 files in `out_dir`; returns their paths.
 
     archive: an `Archive`, a path or a URL (with `storage_options`). worlds: original world IDs
@@ -280,6 +286,10 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     on_frame, every video is rendered again (resume cannot know what the callable does).
     scene: what is drawn, e.g. {"geomgroup": [1, 1, 0], "sites": True, "frames": "body"} or
     'sites,frames=body,geomgroup=110' (MuJoCo's visual and render flags by name).
+    overlays: the archive's recorded overlay tracks drawn into the frames: None = all, () = none,
+    or names (CPU only: on Warp pass overlays=() for an archive that has some).
+    Per-world model variants (format 1.1) are always applied: each (world, frame) renders with
+    the values in force for that world at that frame.
     """
     _refuse_in_spawning_worker()
     backend = _check_backend(backend)
@@ -300,6 +310,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     folder = None
     try:
         storage_options = storage_options if owned else arch._storage_options
+        drawn = select_overlays(arch, overlays)
+        refuse_on_warp(backend, drawn)
         corner_hud, label_hud = _parse_hud(hud, layout, arch)
         sel = arch.select(worlds=worlds, frames=frames)
         world_ids = list(sel.world_ids)
@@ -310,6 +322,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
 
             plan = ScenePlan.grid(world_ids, spacing)
         replay_model, bundle = _base_model(arch, model)
+        check_replay_model(_variant_shapes(arch), replay_model)
         cams = resolve_cameras(arch, replay_model, cameras, world_ids=world_ids, frame_idx=frame_idx, size=size,
                                scene=plan)
         recipe = _recipe(backend, cams, plan)
@@ -328,7 +341,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                              model=replay_model, warp_batch=warp_batch, scene=plan,
                              options=None if options.is_default else options,
                              recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True),
-                             labels=label_hud)
+                             labels=label_hud, overlays=drawn)
         # The folder path may be a link (the user's choice); what is inside it is not trusted. A
         # directory at a video's name is refused before any rendering; links, FIFOs and files at
         # the names are replaced by the finished videos (never written through).
@@ -381,7 +394,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                 _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
                                folder=folder, fps=fps, size=size, progress=progress,
                                hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done,
-                               hud=None if corner_hud is None else _HudText(arch, corner_hud), on_frame=on_frame)
+                               hud=None if corner_hud is None else HudText(arch, corner_hud), on_frame=on_frame)
             return all_paths
         except BrokenProcessPool:
             if own_pool is None:
@@ -396,30 +409,6 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             folder.close()
         if owned:
             arch.close()
-
-
-class _HudText:
-    """The corner text of each frame, from values the archive holds (read per unit, in the encoder)."""
-
-    def __init__(self, archive: Archive, hud: Hud):
-        self.archive, self.hud = archive, hud
-        self.tracks = [f for f in hud.fields if f in archive.tracks]
-
-    def draw(self, world_id: int | None, unit: RenderUnit, rgb: np.ndarray) -> None:
-        frames = np.asarray(unit.frames, np.int64)
-        times = self.archive.select(frames=frames).time if "time" in self.hud.fields else None
-        tracks = {}
-        if world_id is not None and self.tracks:
-            sel = self.archive.select(worlds=[world_id], frames=frames)
-            tracks = {name: sel.track(name)[:, 0] for name in self.tracks}
-        eps = unit.episodes
-        for i, f in enumerate(unit.frames):
-            lines = format_lines(self.hud, world=world_id, frame=int(f),
-                                 episode=None if eps is None or eps.ndim != 1 else int(eps[i]),
-                                 time=None if times is None else float(times[i]),
-                                 tracks={k: v[i] for k, v in tracks.items()})
-            if lines:
-                draw_text(rgb[i], lines, self.hud.corner)
 
 
 def _check_frame(out: Any, frame: np.ndarray) -> np.ndarray:
@@ -443,7 +432,7 @@ def _check_size(size: Any) -> tuple[int, int]:
 
 def _write_outputs(outputs: list[Output], executor: Executor | None, window: int, *, folder: OutputDir,
                    fps: float, size: tuple[int, int], progress: bool, hint: bool, on_done=None,
-                   hud: _HudText | None = None, on_frame=None) -> list[Path]:
+                   hud: HudText | None = None, on_frame=None) -> list[Path]:
     """Consume unit results in order, burn in the HUD, call `on_frame`, and encode each output; a
     video is written to a fresh temporary file in `folder` and renamed over its name when
     complete, then reported to `on_done(path, n_frames, sha256, size)`."""
@@ -538,12 +527,13 @@ def _hint_once(result: UnitResult) -> bool:
 def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera: Any = None,
                 size: tuple[int, int] = (480, 640), backend: str = "cpu", quality: str = "full",
                 model: Any = None, storage_options: dict | None = None,
-                warp_batch: int | None = None, scene: Any = None) -> Iterator[tuple[int, int, np.ndarray]]:
+                warp_batch: int | None = None, scene: Any = None,
+                overlays: Any = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (world_id, frame_index, rgb (H, W, 3) uint8) for the selection, world by world, in this
     process. camera: a model camera's name or id, a `mjarchive.Camera` or its CLI form ('free',
     'auto', 'track:torso'); default: the first named camera, else Camera.auto(). scene: what is
     drawn (see `render`). warp_batch: states per Warp launch, packed across worlds (default: from
-    a memory budget)."""
+    a memory budget). overlays: recorded overlay tracks drawn (see `render`; default all)."""
     backend = _check_backend(backend)
     _check_choice("quality", quality, QUALITIES)
     size = _check_size(size)
@@ -555,9 +545,12 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
     arch, owned = _open_archive(archive, storage_options)
     try:
         storage_options = storage_options if owned else arch._storage_options
+        drawn = select_overlays(arch, overlays)
+        refuse_on_warp(backend, drawn)
         sel = arch.select(worlds=worlds, frames=frames)
         frame_idx = selected_frames(arch, sel, frames)
         replay_model, bundle = _base_model(arch, model)
+        check_replay_model(_variant_shapes(arch), replay_model)
         if isinstance(camera, dict):
             camera = Camera.from_dict(camera)
         if camera is not None and not isinstance(camera, (str, int, np.integer, Camera)):
@@ -573,7 +566,8 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
                                  layout="per-world", split_episodes=False, model_mjb=mjb, out_dir=Path("."),
                                  model=replay_model, warp_batch=warp_batch,
                                  options=None if options.is_default else options,
-                                 recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True))
+                                 recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True),
+                                 overlays=drawn)
             attach_paths(arch, replay_model, outputs)
             results = _unit_results([u for o in outputs for u in o.units], None, 1)
             try:

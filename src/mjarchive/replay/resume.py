@@ -9,8 +9,10 @@ its final name, so it is never counted as finished.
 
 The ledger is keyed by a hash of the request: the archive's identity (model sha256, committed
 frame count, world IDs, creation time), and exactly which frames of which world and camera go
-into which file, with size, quality, backend, replay model, fps and encoder settings. Another
-request into the same directory gets another key and reuses nothing.
+into which file, with size, quality, backend, replay model, fps and encoder settings, and for an
+archive with model variants or overlays (format 1.1) its committed variant events and the overlays
+drawn (left out otherwise, so a format 1.0 archive keeps the key it had). Another request into
+the same directory gets another key and reuses nothing.
 
 The output folder may be shared, so the ledger is untrusted input: it is read only if it is a
 regular file (never through a link, never blocking on a FIFO) owned by the user, of at most
@@ -83,28 +85,45 @@ def request_key(archive: Any, outputs: list[Any], *, fps: float, encoder: dict[s
     archive: the open Archive; outputs: the planned outputs (`plan.Output`) with their units;
     extra: JSON-able settings that change pixels beyond the units (HUD, draw options, ...).
     """
-    man = archive.manifest
     h = hashlib.sha256()
-    head = {
-        "format": _FORMAT, "version": _VERSION,
-        "archive": {"model_sha256": man.model_sha256, "n_frames": int(archive.n_frames),
-                    "world_ids": [int(w) for w in archive.world_ids], "created": man.created},
-        "fps": float(fps), "encoder": encoder, "extra": extra or {},
-    }
-    h.update(json.dumps(head, sort_keys=True).encode())
+    h.update(json.dumps(request_head(archive, fps=fps, encoder=encoder, extra=extra), sort_keys=True).encode())
+    has_overlays = bool(archive.overlays)
     for o in outputs:
-        first = o.units[0]
-        h.update(json.dumps({
-            "name": o.path.name, "camera": _camera_key(o.camera), "world_ids": [int(w) for w in o.world_ids],
-            "n_frames": int(o.n_frames), "grid_block": int(o.grid_block), "size": list(first.size),
-            "quality": first.quality, "backend": first.backend,
-            "model": None if first.model_mjb is None else hashlib.sha256(first.model_mjb).hexdigest(),
-            "recipe": first.recipe,
-        }, sort_keys=True).encode())
+        h.update(json.dumps(output_entry(o, has_overlays), sort_keys=True).encode())
         for u in o.units:
             h.update(np.asarray([u.world_id, len(u.frames)], np.int64).tobytes())
             h.update(np.asarray(u.frames, np.int64).tobytes())
     return h.hexdigest()
+
+
+def request_head(archive: Any, *, fps: float, encoder: dict[str, Any], extra: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """The request's settings and the archive's identity, as `request_key` hashes them first."""
+    man = archive.manifest
+    identity = {"model_sha256": man.model_sha256, "n_frames": int(archive.n_frames),
+                "world_ids": [int(w) for w in archive.world_ids], "created": man.created}
+    if archive.variant_fields:
+        # committed model-variant events (format 1.1): other values, other pixels
+        identity["variants"] = {k: int(v) for k, v in sorted(archive.variant_event_counts.items())}
+    return {"format": _FORMAT, "version": _VERSION, "archive": identity, "fps": float(fps), "encoder": encoder,
+            "extra": extra or {}}
+
+
+def output_entry(output: Any, has_overlays: bool) -> dict[str, Any]:
+    """One planned output's settings, as `request_key` hashes them (its units follow);
+    `has_overlays`: the archive holds overlay tracks (then which are drawn is part of it)."""
+    first = output.units[0]
+    entry = {
+        "name": output.path.name, "camera": _camera_key(output.camera),
+        "world_ids": [int(w) for w in output.world_ids], "n_frames": int(output.n_frames),
+        "grid_block": int(output.grid_block), "size": list(first.size), "quality": first.quality,
+        "backend": first.backend,
+        "model": None if first.model_mjb is None else hashlib.sha256(first.model_mjb).hexdigest(),
+        "recipe": first.recipe,
+    }
+    if has_overlays:
+        entry["overlays"] = list(first.overlays)
+    return entry
 
 
 def _camera_key(camera: Any) -> Any:

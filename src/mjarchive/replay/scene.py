@@ -19,10 +19,11 @@ import numpy as np
 
 from .._errors import BundleError, LayoutMismatchError, MjArchiveError, SelectionError
 from ..archive.bundle import QposLayout
-from ..archive.compile_child import MAX_SCENE_COPIES, Refused, apply_recipe
+from ..archive.compile_child import MAX_SCENE_COPIES, REPLAY_NAME, Refused, apply_recipe
 from ..archive.sandbox import compile_untrusted
 
-__all__ = ["MAX_SCENE_WORLDS", "ScenePlan", "build_scene_model", "derived_model", "with_replay_cameras"]
+__all__ = ["MAX_SCENE_WORLDS", "REPLAY_NAME", "ScenePlan", "bodies_per_copy", "build_scene_model", "derived_model",
+           "replay_elements", "with_replay_cameras"]
 
 #: The most worlds one scene holds (one model copy each).
 MAX_SCENE_WORLDS = MAX_SCENE_COPIES
@@ -105,12 +106,37 @@ class ScenePlan:
         return out, pos, quat
 
 
+    def bodies_per_copy(self, model: mujoco.MjModel) -> int | None:
+        """Bodies of each world's copy in the scene model `model` (see `bodies_per_copy`)."""
+        return bodies_per_copy(model, len(self.world_ids))
+
     def check_model(self, model: mujoco.MjModel, layout: QposLayout) -> None:
         """Refuse a scene model whose state is not one recorded state per world."""
         n = len(self.world_ids)
         if (model.nq, model.nmocap) != (n * layout.nq, n * layout.nmocap):
             raise LayoutMismatchError(f"the scene model has nq={model.nq}, nmocap={model.nmocap}; {n} worlds of "
                                       f"the recorded model need nq={n * layout.nq}, nmocap={n * layout.nmocap}")
+
+
+def replay_elements(model: mujoco.MjModel, kind: str) -> int:
+    """How many of the model's last bodies (kind "body") or cameras ("cam") the replay recipe added
+    (named REPLAY_NAME...): they belong to no world. 0 for other kinds."""
+    if kind not in ("body", "cam"):
+        return 0
+    obj = mujoco.mjtObj.mjOBJ_BODY if kind == "body" else mujoco.mjtObj.mjOBJ_CAMERA
+    n = int(model.nbody if kind == "body" else model.ncam)
+    k = 0
+    while k < n and (mujoco.mj_id2name(model, obj, n - 1 - k) or "").startswith(REPLAY_NAME):
+        k += 1
+    return k
+
+
+def bodies_per_copy(model: mujoco.MjModel, copies: int = 1) -> int | None:
+    """Bodies of each world's copy in a replay model of `copies` copies, the world body and the
+    replay cameras' body left out; None when they do not split evenly into the copies. Copy k's
+    bodies are `1 + k * n ... (k + 1) * n` (`compile_child.apply_recipe` attaches copy after copy)."""
+    n = int(model.nbody) - 1 - replay_elements(model, "body")
+    return n // copies if copies > 0 and n >= 0 and n % copies == 0 else None
 
 
 def _check_shape(what: str, array: np.ndarray, tail: tuple[int, ...]) -> None:

@@ -10,6 +10,15 @@ Packing: the parent turns its ordered stream of per-video work units (`worker.Re
 world, one camera, frames of one stored chunk) into `PackedUnit`s that fill every batch slot with
 (world, frame) states of consecutive videos, so few frames per world or many worlds do not leave
 most of a launch empty; `unpack` splits the packed pixels back into per-video pieces, in order.
+
+Model variants (domain randomization): slots of one launch may hold worlds drawn with different
+model values. Each variant field the archive declares becomes a per-world array of the Warp
+model (mujoco_warp's batched `Model` fields, leading dimension nworld), one row per batch slot;
+the ray tracer and the BVH refit read them per world. A varied `cam_fovy` renders model cameras
+with rays computed per world (`use_precomputed_rays=False`). Sites are not drawn by the Warp ray
+tracer, so `site_rgba` and `site_size` change nothing there (site_pos/site_quat are set, for
+consistency). A geom switched to a height field the model's own geoms do not use cannot be drawn
+(Warp builds BVHs for those only): BackendError, render it with backend='cpu'.
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ import mujoco
 import numpy as np
 
 from .._errors import BackendError, ClosedError
+from ..archive.variants import VARIANT_FIELDS, default_values
 from . import worker
 from .camera import View
 from .cpu import needs_tendon_stage
+from .scene import REPLAY_NAME
+from .variant_map import VariantSpans
 
 __all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
            "unpack"]
@@ -32,7 +44,9 @@ __all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "Pack
 DEFAULT_MEMORY_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
 MAX_BATCH = 4096
 #: Name prefix of the cameras added to the replay model for Views (see compile_child.apply_recipe).
-REPLAY_CAMERA = "mjarchive-replay-"
+REPLAY_CAMERA = f"{REPLAY_NAME}-"
+#: Variant fields the Warp ray tracer never reads (it draws no sites): accepted, and ignored.
+UNDRAWN_FIELDS = frozenset({"site_rgba", "site_size"})
 
 
 def _import():
@@ -93,7 +107,8 @@ class WarpRenderer:
     """Renders batches of archived states of one model, one camera at a time.
 
     `render_batch(qpos (n, nq), mocap_pos (n, nmocap, 3), mocap_quat (n, nmocap, 4), camera)`
-    returns (n, H, W, 3) uint8 for n <= nworld.
+    returns (n, H, W, 3) uint8 for n <= nworld. `variant_defaults`: the model's own values of every
+    variant field; `variant_layouts`: where each world's values go in it (`variant_map.layout_for`).
     """
 
     def __init__(self, model: mujoco.MjModel, size: tuple[int, int], *, quality: str = "full",
@@ -123,8 +138,11 @@ class WarpRenderer:
                 self.d = mjw.put_data(model, data, nworld=self.nworld, nconmax=1, njmax=1)
         except Exception as exc:
             raise BackendError(f"MuJoCo Warp could not load the model on device {self.device!r}: {exc}") from None
-        self._contexts: dict[int, object] = {}
+        self._contexts: dict[tuple[int, bool], object] = {}
         self._rgb = None  # (nworld, H*W, 3) uint8 on the device, allocated on first use
+        self.variant_defaults = default_values(model, VARIANT_FIELDS)
+        self.variant_layouts: dict = {}
+        self._per_world: dict[str, tuple[object, np.ndarray | None]] = {}  # field -> (device array, rows last set)
         self._closed = False
 
     def camera_id(self, camera: int | View) -> int:
@@ -139,21 +157,69 @@ class WarpRenderer:
                                "its replay cameras (a bug: please report it)")
         return cid
 
-    def _context(self, cid: int):
-        rc = self._contexts.get(cid)
+    def _context(self, cid: int, dynamic_rays: bool = False):
+        rc = self._contexts.get((cid, dynamic_rays))
         if rc is None:
             has_skybox = bool(np.any(self.model.tex_type == mujoco.mjtTexture.mjTEXTURE_SKYBOX))
             full = self.quality == "full"
             kwargs = {"use_shadows": full, "render_skybox": full and has_skybox, **self._options}
             kwargs["render_skybox"] = kwargs["render_skybox"] and has_skybox
+            if dynamic_rays:  # a per-world cam_fovy: precomputed rays would hold the model's own
+                kwargs["use_precomputed_rays"] = False
             self._contexts.clear()  # outputs come camera by camera: keep one context's buffers, not one per camera
             with self._wp.ScopedDevice(self.device):
                 rc = self._mjw.create_render_context(
                     self.model, nworld=self.nworld, cam_res=(self.size[1], self.size[0]), render_rgb=True,
                     render_depth=False, render_seg=False, cam_active=[cid], **kwargs,
                 )
-            self._contexts[cid] = rc
+            self._contexts[cid, dynamic_rays] = rc
         return rc
+
+    def _set_variants(self, rows: dict[str, np.ndarray] | None, n: int) -> None:
+        """Give batch slot i the model values rows[name][i] (shaped like this model's field; slots
+        past n repeat the last); fields made per-world earlier and absent now get the model's own."""
+        rows = rows or {}
+        wp = self._wp
+        for name in sorted(set(rows) | set(self._per_world)):
+            if name in UNDRAWN_FIELDS:
+                continue
+            own = self.variant_defaults[name]
+            full = np.empty((self.nworld, *own.shape), own.dtype)
+            if name in rows:
+                src = np.asarray(rows[name])
+                if src.shape != (n, *own.shape):
+                    raise BackendError(f"variant rows of {name} have shape {src.shape}, expected {(n, *own.shape)}")
+                full[:n] = src
+                full[n:] = src[-1]
+            else:
+                full[:] = own
+            if name == "geom_dataid":
+                self._check_hfields(full)
+            entry = self._per_world.get(name)
+            if entry is not None and entry[1] is not None and np.array_equal(entry[1], full):
+                continue
+            dtype = getattr(self.m, name).dtype
+            values = full.astype(np.int32 if own.dtype.kind == "i" else np.float32)
+            if entry is None:
+                with wp.ScopedDevice(self.device):
+                    array = wp.array(values, dtype=dtype)
+                setattr(self.m, name, array)  # a (nworld, n) array: mujoco_warp reads row worldid % nworld
+            else:
+                array = entry[0]
+                array.assign(values)
+            self._per_world[name] = (array, full)
+
+    def _check_hfields(self, dataid: np.ndarray) -> None:
+        hfield = np.asarray(self.model.geom_type) == mujoco.mjtGeom.mjGEOM_HFIELD
+        if not hfield.any():
+            return
+        used = set(np.asarray(self.model.geom_dataid)[hfield].tolist())
+        bad = ~np.isin(dataid[:, hfield], list(used))
+        if bad.any():
+            geom = int(np.flatnonzero(hfield)[np.flatnonzero(bad.any(axis=0))[0]])
+            raise BackendError(f"backend 'warp' builds height-field BVHs for the height fields the model's own geoms "
+                               f"use ({sorted(used)}); a world switches geom {geom} to another one: render it with "
+                               "backend='cpu'")
 
     def _set_view(self, cid: int, view: View, poses: np.ndarray | None, n: int) -> None:
         """Place camera `cid` of every batch slot where `view` looks from (per state with `poses`)."""
@@ -169,9 +235,12 @@ class WarpRenderer:
         self.d.cam_xmat.assign(cam_xmat)
 
     def render_batch(self, qpos: np.ndarray, mocap_pos: np.ndarray | None, mocap_quat: np.ndarray | None,
-                     camera: int | View, poses: np.ndarray | None = None) -> np.ndarray:
+                     camera: int | View, poses: np.ndarray | None = None,
+                     variants: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Render n <= nworld states from model camera `camera` or a `camera.View` (`poses`: its
-        (lookat x, y, z, azimuth) per state when it tracks); returns (n, H, W, 3) uint8."""
+        (lookat x, y, z, azimuth) per state when it tracks); returns (n, H, W, 3) uint8.
+        variants: per-state model values, name -> (n, *field shape of this model) (see
+        `variant_map`); fields left out render with the model's own values."""
         if self._closed:
             raise ClosedError("this Warp renderer is closed")
         wp, mjw = self._wp, self._mjw
@@ -179,7 +248,8 @@ class WarpRenderer:
         if not 0 < n <= self.nworld:
             raise BackendError(f"a batch holds 1..{self.nworld} states, got {n}")
         cid = self.camera_id(camera)
-        rc = self._context(cid)
+        self._set_variants(variants, n)
+        rc = self._context(cid, dynamic_rays=bool(variants) and "cam_fovy" in variants and not isinstance(camera, View))
 
         def fill(dst, src):  # dst: (nworld, ...) of scalars or vectors; src: (n, ...) as numpy gives it
             full = np.empty((dst.shape[0], *np.shape(src)[1:]), dtype=np.float32)
@@ -341,11 +411,32 @@ def render_packed(unit: PackedUnit) -> PackedResult:
                 mocap_pos[dst] = mp[rows, c]
                 mocap_quat[dst] = mq[rows, c]
     renderer = renderer_for(unit, archive, model)
+    variants = _state_variants(archive, unit, renderer)
     h, w = unit.size
     rgb = np.empty((n, h, w, 3), np.uint8)
     for s in range(0, n, renderer.nworld):
         e = min(n, s + renderer.nworld)
+        rows = None if variants is None else variants(s, e)
         rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
                                          None if mocap_quat is None else mocap_quat[s:e], unit.camera,
-                                         None if unit.poses is None else unit.poses[s:e])
+                                         None if unit.poses is None else unit.poses[s:e], variants=rows)
     return PackedResult(unit.camera, unit.segments, rgb)
+
+
+def _state_variants(archive, unit: PackedUnit, renderer: WarpRenderer):
+    """A function (s, e) -> name -> (e - s, *field shape): the model values in force for the
+    world and frame of states s..e-1 of the unit (segment after segment), placed on the
+    renderer's model; None when the archive varies nothing. Values are read once per span."""
+    if not archive.variant_fields:
+        return None
+    spans: dict[int, VariantSpans] = {}
+    states = [(wid, f) for wid, fr in unit.segments for f in fr]
+    for wid, _ in unit.segments:
+        if wid not in spans:
+            spans[wid] = VariantSpans(archive, [wid], renderer)
+
+    def rows(s: int, e: int) -> dict[str, np.ndarray]:
+        values = [spans[wid].values(f) for wid, f in states[s:e]]
+        return {name: np.stack([v[name] for v in values]) for name in values[0]}
+
+    return rows

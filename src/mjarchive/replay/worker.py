@@ -31,7 +31,8 @@ _LOCAL = threading.local()
 
 @dataclasses.dataclass(frozen=True)
 class RenderUnit:
-    """One task: frames (all inside one stored chunk) of one world from one camera.
+    """One task: frames (all inside one stored chunk, and within one span of the world's model
+    variants) of one world from one camera.
 
     `location` is a path or URL the worker opens itself; `model_mjb` carries a caller-supplied
     model (MJB bytes, same MuJoCo version on both sides), else the archive's bundle is used.
@@ -59,6 +60,8 @@ class RenderUnit:
     recipe: str | None = None
     #: layout='scene': the `hud.Hud` whose per-world fields label each world in the image.
     labels: Any = None
+    #: Names of the archive's overlay tracks drawn into the frames (CPU; `overlay_draw`).
+    overlays: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,13 @@
 A `viser` server (its prebuilt client comes in the wheel, so it works offline) shows the selected
 worlds side by side, laid out like `render(layout='scene')` (`ScenePlan.grid`), each labelled with
 its original ID. Every drawn geom (`geometry.geom_meshes`, from the archive's bundled model compiled
-in the sandbox) is one batched mesh with an instance per world, posed each frame from `PoseWindow`,
-which reads only the selected worlds and a window of chunks around the playhead.
+in the sandbox) is one batched mesh with an instance per world (`drawing.GeomLayer`), posed each frame
+from `PoseWindow`, which reads only the selected worlds and a window of chunks around the playhead.
+
+Format 1.1: each world is drawn with its variant values in force at the frame shown (poses with its
+body and geom placements, colours and sizes re-sent when some world's values change); fields the
+viewer cannot draw (sites, lights, cameras) are named in the status line. Overlay tracks are drawn
+over the worlds (`overlays.OverlayLayer`), each with a checkbox.
 
 One driver thread owns the playhead: GUI callbacks (viser's thread pool) only change requests under
 the lock and wake it; it plays, polls a live archive and sends each frame in one atomic message group.
@@ -19,18 +24,20 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import mujoco
 import numpy as np
 
 from .._errors import BackendError, ClosedError, MjArchiveError, SelectionError
 from ..archive.reader import Archive, open as open_archive
 from ..replay.scene import ScenePlan
-from .frames import MAX_VIEW_WORLDS, PoseWindow
+from .cameras import NO_BODY, BodyFollow, body_choices, home_view, move_home, set_initial
+from .drawing import COLOUR_FIELDS, GeomLayer, Part, not_shown, world_labels, world_looks
+from .frames import MAX_VIEW_WORLDS, FramePoses, PoseWindow
 from .geometry import geom_meshes
+from .overlays import MAX_LABELS, OverlayLayer
 from .request import (check_listen, check_max_worlds, format_ids, is_loopback, markdown_text, parse_worlds, quiet,
-                      short_ids, url_for)
+                      resets_text, short_ids, url_for)
 
 __all__ = ["DEFAULT_MAX_WORLDS", "SPEEDS", "Viewer", "parse_worlds", "view"]
 
@@ -41,18 +48,7 @@ SPEEDS = {"0.25×": 0.25, "0.5×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0}
 POLL_SECONDS = 0.5  # how often "Follow live" looks for newly committed frames
 SEND_HZ = 30.0  # the most frames per second sent while playing (faster playback skips frames)
 MAX_MARKS = 200  # episode starts marked on the slider; more are listed in the text only
-_NO_BODY = "none (free orbit)"
 _log = logging.getLogger(__name__)
-
-
-class _Drawn(NamedTuple):
-    """One geom's batched mesh: an instance per world, or one for a world-body plane (a floor), which
-    like the render's scene model appears once for the whole grid (copies of it would z-fight)."""
-
-    column: int  # in the PoseWindow's geoms
-    geom: int
-    handle: Any
-    shared: bool
 
 
 class Viewer:
@@ -75,13 +71,15 @@ class Viewer:
         self._wake = threading.Event()
         self._closed = False
         self._window: PoseWindow | None = None
-        self._drawn: list[_Drawn] = []
+        self._layer: GeomLayer | None = None
+        self._look_key: tuple[int, ...] | None = None  # the worlds' variant segments the looks were set for
         self._labels: list[Any] = []
+        self._hidden_labels = 0  # overlay labels past MAX_LABELS at the frame shown
         self._playing, self._speed, self._loop = False, 1.0, True
         self._follow_live = archive.status == "live"
         self._follow_body: int | None = None  # body id the cameras follow, in world self._follow_world
         self._follow_world: int | None = None
-        self._follow_prev: dict[int, np.ndarray] = {}  # client id -> the target its camera was last moved to
+        self._follow = BodyFollow()  # moves the pages' cameras with that body
         self._pos = 0.0  # the playhead in frames, fractional while playing
         self._target: int | None = None  # frame to show
         self._shown: int | None = None  # frame on the handles now
@@ -91,10 +89,14 @@ class Viewer:
         self._invalid: list[int] = []  # worlds whose pose at the frame shown is not finite
 
         self._model = archive.model()
-        self._meshes = geom_meshes(self._model)
+        self._variant_fields = archive.variant_fields
+        self._not_shown = not_shown(self._variant_fields)
+        # A geom whose model alpha is 0 may be visible in some world: build it too, hidden where it is clear.
+        self._meshes = geom_meshes(self._model, keep_clear=bool(COLOUR_FIELDS & set(self._variant_fields)))
         self._geoms = [m.geom for m in self._meshes]
         self._fps = float(archive.output_fps or 30.0)
-        self._body_names = self._names()
+        self._overlays: OverlayLayer | None = None
+        self._body_names = body_choices(self._model)
         ids = self._resolve(worlds)
         n = archive.n_frames
         if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
@@ -186,6 +188,11 @@ class Viewer:
         state = "closed" if self._closed else self.url
         return f"<mjarchive.view.Viewer {state} worlds={list(self.world_ids)[:8]} frame={self._shown}>"
 
+    @property
+    def _drawn(self) -> list[Part]:
+        """The batched meshes on the page now (empty before the first frame)."""
+        return self._layer.parts if self._layer is not None else []
+
     # -- setup -----------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
@@ -211,16 +218,6 @@ class Viewer:
             self._server._websock_server.unregister_handler(_messages.ShareUrlRequest)
         except Exception:  # another viser version: the hidden button still stands
             _log.debug("could not remove viser's share-URL handler", exc_info=True)
-
-    def _names(self) -> dict[str, int]:
-        """Dropdown label -> body id; names come from the archive: bounded, printable, never the
-        'no body' choice, each label once."""
-        names: dict[str, int] = {}
-        for b in range(1, self._model.nbody):
-            raw = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_BODY, b) or ""
-            name = "".join(ch for ch in raw if ch.isprintable())[:64] or f"body {b}"
-            names[name if name not in names and name != _NO_BODY else f"{name} ({b})"] = b
-        return names
 
     def _resolve(self, worlds: Any) -> tuple[int, ...]:
         """Original world IDs to show, checked against the archive and the limit; SelectionError if not."""
@@ -262,9 +259,13 @@ class Viewer:
             self._show_btn = gui.add_button("Show worlds")
             self._message = gui.add_markdown(self._worlds_note(ids))
         with gui.add_folder("Camera"):
-            self._body_in = gui.add_dropdown("Follow body", (_NO_BODY, *self._body_names), initial_value=_NO_BODY)
+            self._body_in = gui.add_dropdown("Follow body", (NO_BODY, *self._body_names), initial_value=NO_BODY)
             self._body_world_in = gui.add_number("Of world", int(ids[0]), step=1)
             self._reset_view = gui.add_button("Reset view")
+        if archive.overlays:
+            self._overlays = OverlayLayer(self._server.scene, archive.overlays)
+            with gui.add_folder("Overlays"):
+                self._overlays.add_checkboxes(gui, self._on_overlay)
 
         self._slider.on_update(self._on_slider)
         self._play.on_click(lambda _: self._toggle_play())
@@ -277,7 +278,7 @@ class Viewer:
         self._body_in.on_update(lambda e: e.client is not None and self._on_follow_body())
         self._body_world_in.on_update(lambda e: e.client is not None and self._on_follow_body())
         self._reset_view.on_click(lambda _: self._reset_cameras())
-        if not hasattr(self._server, "initial_camera"):
+        if not hasattr(self._server, "initial_camera"):  # viser < 1.1: each page is moved home as it connects
             self._server.on_client_connect(lambda client: self._reset_cameras([client]))
 
     def _worlds_note(self, ids: Sequence[int]) -> str:
@@ -337,6 +338,12 @@ class Viewer:
         else:
             self._message.content = self._worlds_note(ids)
 
+    def _on_overlay(self, name: str, on: bool) -> None:
+        with self._lock:
+            self._overlays.set_visible(name, on)
+            if on and self._shown is not None:
+                self._show(self._shown)
+
     def _on_follow_body(self) -> None:
         with self._lock:
             body = self._body_names.get(self._body_in.value)
@@ -349,19 +356,14 @@ class Viewer:
             elif body is not None:
                 self._message.content = self._worlds_note(self.world_ids)
             self._follow_body, self._follow_world = body, world
-            self._follow_prev.clear()
+            self._follow.forget()
             if self._shown is not None:
                 self._show(self._shown)
 
     def _reset_cameras(self, clients: Sequence[Any] | None = None) -> None:
         with self._lock:
-            self._follow_prev.clear()
-            position, look_at = self._home
-            for client in self._server.get_clients().values() if clients is None else clients:
-                with contextlib.suppress(Exception):  # a page that is just connecting or leaving
-                    client.camera.up_direction = (0.0, 0.0, 1.0)
-                    client.camera.position = position
-                    client.camera.look_at = look_at
+            self._follow.forget()
+            move_home(self._server.get_clients().values() if clients is None else clients, self._home)
 
     # -- state changes (caller holds the lock) ------------------------------------------------------------------
     def _request(self, frame: int, *, user: bool = False) -> None:
@@ -381,45 +383,27 @@ class Viewer:
             self._window.close()  # before the new window reads: both would use the one archive
         self._window, self._plan = window, plan
         self._offsets = np.asarray(plan.offsets, dtype=np.float64)  # (W, 3)
-        for d in self._drawn:
-            d.handle.remove()
+        if self._layer is not None:
+            self._layer.remove()
         for label in self._labels:
             label.remove()
-        self._drawn = []
-        self._labels = [self._label(w, o + (0.0, -0.4 * self._spacing, 0.0)) for w, o in zip(ids, self._offsets)]
-        self._home = self._home_camera()
-        initial = getattr(self._server, "initial_camera", None)  # viser >= 1.1; older: set on connect
-        if initial is not None:
-            initial.position, initial.look_at, initial.up = self._home[0], self._home[1], (0.0, 0.0, 1.0)
+        self._layer = GeomLayer(self._server.scene, self._model, self._meshes, self._offsets,
+                                variant_fields=self._variant_fields)
+        self._look_key = None
+        self._labels = world_labels(self._server.scene, ids, self._offsets + (0.0, -0.4 * self._spacing, 0.0))
+        self._home = home_view(self._model, self._offsets)
+        set_initial(self._server, self._home)
         if reset_camera:
             self._reset_cameras()
         if self._follow_world not in ids:
             self._follow_body = None
-            if self._body_in.value != _NO_BODY:
-                self._body_in.value = _NO_BODY
-        self._follow_prev.clear()
+            if self._body_in.value != NO_BODY:
+                self._body_in.value = NO_BODY
+        self._follow.forget()
         self._worlds_in.value = format_ids(ids)
         self._timeline_changed()
         if self._shown is not None and self.n_frames:
             self._request(min(self._shown, self.n_frames - 1))
-
-    def _label(self, world: int, position: np.ndarray) -> Any:
-        name, text, position = f"/labels/world_{world}", f"world {world}", tuple(map(float, position))
-        try:
-            return self._server.scene.add_label(name, text, position=position, anchor="top-center")
-        except TypeError:  # viser < 1.1 has no anchor
-            return self._server.scene.add_label(name, text, position=position)
-
-    def _home_camera(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """Where the camera starts: looking along +y (MuJoCo's default azimuth, as the scene render's
-        first world top-left), far enough back to see the whole grid."""
-        span = float(np.ptp(self._offsets, axis=0).max()) if len(self._offsets) > 1 else 0.0
-        extent = float(self._model.stat.extent)
-        center = np.asarray(self._model.stat.center, dtype=np.float64) + self._offsets.mean(axis=0)
-        distance = 0.9 * span + 1.2 * extent + 0.5
-        elevation = math.radians(25.0)
-        eye = center + distance * np.array([0.0, -math.cos(elevation), math.sin(elevation)])
-        return tuple(map(float, eye)), tuple(map(float, center))
 
     def _timeline_changed(self) -> None:
         """The slider's range and marks, the resets list: after a refresh or a world switch."""
@@ -435,12 +419,7 @@ class Viewer:
             self._slider._marks = tuple(GuiSliderMark(value=float(s), label=None) for s in marks) or None
         except Exception:  # another viser version: the resets are still listed below
             _log.debug("could not update the slider's marks", exc_info=True)
-        lines = []
-        for w, starts in per_world.items():
-            resets = [s for s in starts if s > 0]
-            shown = ", ".join(map(str, resets[:12])) + (f", … ({len(resets)} in all)" if len(resets) > 12 else "")
-            lines.append(f"world {w}: {shown or 'none'}")
-        self._resets.content = ("Resets (episode starts) — " + "; ".join(lines)) if lines else ""
+        self._resets.content = resets_text(per_world)
         if not n:
             self._status.content = ("**frame – / 0** · no committed frames yet"
                                     + (" · waiting for some (Follow live)" if self._follow_live else ""))
@@ -492,18 +471,20 @@ class Viewer:
             pos[bad] = self._offsets[bad][:, None, :]
             quat[bad] = (1.0, 0.0, 0.0, 0.0)
         self._invalid = [w for w, b in zip(self.world_ids, bad) if b]
-        server = self._server
+        server, layer = self._server, self._layer
         with server.atomic():
-            if not self._drawn:
-                self._draw(pos, quat)
-            for d in self._drawn:
-                if d.shared:
-                    continue  # world-body planes do not move
-                d.handle.batched_positions = pos[:, d.column]
-                d.handle.batched_wxyzs = quat[:, d.column]
+            layer.update(pos, quat)
+            if layer.varies:
+                key = window.variant_segments(frame)
+                if key != self._look_key:  # some world's values in force differ from those on the page
+                    values = [window.variant(w, frame) for w in self.world_ids]
+                    layer.set_looks(world_looks(self._model, layer.geoms, values), pos, quat)
+                    self._look_key = key
+            if self._overlays is not None:
+                self._show_overlays(frame, poses, bad)
             if self._follow_body is not None and self._follow_world in self.world_ids:
                 w = self.world_ids.index(self._follow_world)
-                self._follow_cameras(poses.body_pos[w, self._follow_body] + self._offsets[w])
+                self._follow.move(self._server.get_clients(), poses.body_pos[w, self._follow_body] + self._offsets[w])
             if not getattr(self, "_target_from_slider", False):
                 self._slider.value = frame
             self._time = poses.time
@@ -511,38 +492,12 @@ class Viewer:
         server.flush()
         self._shown = frame
 
-    def _draw(self, pos: np.ndarray, quat: np.ndarray) -> None:
-        model, scene = self._model, self._server.scene
-        mean = self._offsets.mean(axis=0)
-        for column, mesh in enumerate(self._meshes):
-            g = mesh.geom
-            rgb = tuple(int(round(255 * c)) for c in mesh.rgba[:3])
-            opacity = float(mesh.rgba[3]) if mesh.rgba[3] < 1.0 else None
-            shared = model.geom_bodyid[g] == 0 and model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE
-            if shared:  # once, centred on the grid and grown to cover it, as in the scene render
-                half = np.abs(mesh.vertices[:, :2]).max(axis=0).astype(np.float64)
-                spread = np.abs(self._offsets - mean)[:, :2].max(axis=0)
-                scales = np.ones((1, 3))
-                scales[0, :2] = (half + spread) / np.maximum(half, 1e-9)
-                positions, wxyzs = pos[:1, column] - self._offsets[:1] + mean, quat[:1, column]
-            else:
-                scales, positions, wxyzs = None, pos[:, column], quat[:, column]
-            handle = scene.add_batched_meshes_simple(
-                f"/worlds/geom_{g}", mesh.vertices, mesh.faces, batched_wxyzs=wxyzs, batched_positions=positions,
-                batched_scales=scales, batched_colors=rgb, opacity=opacity, lod="off",
-                cast_shadow=not shared, receive_shadow=True)
-            self._drawn.append(_Drawn(column, g, handle, bool(shared)))
-
-    def _follow_cameras(self, target: np.ndarray) -> None:
-        """Each page's camera looks at the body and moves with it, keeping its own offset."""
-        for client_id, client in self._server.get_clients().items():
-            with contextlib.suppress(Exception):  # a page that is just connecting or leaving
-                prev = self._follow_prev.get(client_id)
-                if prev is None:
-                    client.camera.look_at = target
-                else:
-                    client.camera.position = client.camera.position + (target - prev)  # moves look_at too
-                self._follow_prev[client_id] = target.copy()
+    def _show_overlays(self, frame: int, poses: FramePoses, bad: np.ndarray) -> None:
+        """A label without position stands at its world's body 1 (the grid cell if not finite)."""
+        anchors = np.array(poses.body_pos[:, 1]) if self._model.nbody > 1 else None
+        if anchors is not None:
+            anchors[bad] = 0.0
+        self._hidden_labels = self._overlays.show_frame(self._window.overlays(frame), self._offsets, anchors)
 
     def _status_text(self, frame: int, t: float) -> str:
         n, a = self.n_frames, self._archive
@@ -551,6 +506,11 @@ class Viewer:
         invalid = self._invalid
         if invalid:
             text += f" · **not finite here: world {format_ids(invalid)}** (drawn collapsed)"
+        if self._hidden_labels:
+            text += f" · {self._hidden_labels} overlay labels not shown (at most {MAX_LABELS} per overlay)"
+        if self._not_shown:
+            text += " · " + markdown_text(f"not shown in the viewer: {', '.join(self._not_shown)}; "
+                                          "mjarchive render draws them")
         return text
 
     def _report(self, exc: BaseException) -> None:

@@ -5,6 +5,11 @@
 thread, and runs `mj_kinematics` on the host for each frame asked for. Its memory is bounded
 whatever the archive's length, and it follows a live archive through `refresh()`.
 
+Format 1.1: each world's kinematic variant values in force (`POSE_FIELDS`) are set in the model
+before its kinematics, so a world's poses follow its own body and geom placements; `variant()`
+gives a world's values in force for drawing, `variant_segments()` says when they change. The
+chunks also hold the archive's overlay tracks for those frames (`overlays()`).
+
     with PoseWindow(archive, model, [0, 3], [m.geom for m in geom_meshes(model)]) as window:
         window.set_playhead(120)
         p = window.poses(120)       # p.geom_pos (2, G, 3), p.geom_quat (2, G, 4) wxyz, metres
@@ -13,6 +18,7 @@ whatever the archive's length, and it follows a live archive through `refresh()`
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import logging
 import math
@@ -25,13 +31,23 @@ import mujoco
 import numpy as np
 
 from .._errors import ClosedError, SelectionError
+from ..archive.overlays import OverlayFrames
+from ..archive.variants import VARIANT_FIELDS, apply_variant
+from ..replay.variant_map import KINEMATIC_FIELDS
+from .drawing import SHOWN_FIELDS
 
-__all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "PoseWindow"]
+__all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "POSE_FIELDS", "VARIANT_CACHE_PER_WORLD",
+           "PoseWindow"]
 
 #: The most worlds one window (one browser page) shows at once.
 MAX_VIEW_WORLDS = 64
 #: Frames whose computed poses are kept (scrubbing back and forth, several clients on one frame).
 POSE_CACHE_FRAMES = 8
+#: Variant fields set in the model before kinematics: the kinematic ones of what the viewer draws (geoms and
+#: bodies; sites, lights and cameras are not drawn).
+POSE_FIELDS = tuple(f for f in VARIANT_FIELDS if f in KINEMATIC_FIELDS and f in SHOWN_FIELDS)
+#: A world's variant values kept per stretch between its changes (its current ones and a few more).
+VARIANT_CACHE_PER_WORLD = 4
 
 _log = logging.getLogger(__name__)
 
@@ -66,10 +82,14 @@ class _Chunk:
     mocap_pos: np.ndarray | None  # (n, W, nmocap, 3)
     mocap_quat: np.ndarray | None
     time: np.ndarray  # (n,)
+    overlays: dict[str, OverlayFrames]  # the archive's overlay tracks over these frames and worlds
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.qpos, self.mocap_pos, self.mocap_quat, self.time) if a is not None)
+        arrays = [self.qpos, self.mocap_pos, self.mocap_quat, self.time]
+        for o in self.overlays.values():
+            arrays += [o.count, o.data, o.text_bytes]
+        return sum(a.nbytes for a in arrays if a is not None)
 
 
 class PoseWindow:
@@ -99,6 +119,10 @@ class PoseWindow:
         self._mocap = archive.nmocap > 0
         self._geom_body = model.geom_bodyid[self._geoms]
         self._geom_quat_local = np.array(model.geom_quat[self._geoms], dtype=np.float64)
+        self._variant_fields = tuple(archive.variant_fields)
+        self._pose_fields = tuple(f for f in POSE_FIELDS if f in self._variant_fields)
+        self._variant_row_bytes = sum(np.asarray(getattr(model, f)).nbytes for f in self._variant_fields)
+        self._overlay_specs = dict(archive.overlays)
         # Archive I/O (reads and refresh) goes through one lock: a refresh replaces the reader's arrays,
         # and the store wrappers are not documented as thread-safe. The prefetcher holds it for one chunk.
         self._io_lock = threading.Lock()
@@ -108,11 +132,14 @@ class PoseWindow:
         self._loading: dict[int, threading.Event] = {}
         self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
         self._episodes: dict[int, list[int]] = {}
+        self._changes: list[np.ndarray] | None = None  # per world position: frames its variant values change
+        self._values: collections.OrderedDict[tuple[int, int], dict[str, np.ndarray]] = collections.OrderedDict()
         self._playhead: int | None = None
         self._wanted_gen = 0  # bumped by set_playhead() and refresh(); the prefetcher works until it catches up
         self._done_gen = 0
         self._closed = False
-        self._datas: queue.SimpleQueue[mujoco.MjData] = queue.SimpleQueue()  # one MjData per concurrent caller
+        # One (model, MjData) per concurrent caller; the model is a private copy where per-world pose values are set.
+        self._datas: queue.SimpleQueue[tuple[mujoco.MjModel, mujoco.MjData]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="mjarchive-view-prefetch", daemon=True)
@@ -145,23 +172,28 @@ class PoseWindow:
 
     @property
     def chunk_bytes(self) -> int:
-        """Bytes one full chunk of the selected worlds takes in memory."""
+        """Bytes one full chunk of the selected worlds takes in memory (overlays' decoded labels aside)."""
         lay = self._archive.manifest.layout
         item = np.dtype(self._archive.manifest.dtype).itemsize
-        per_frame = len(self.world_ids) * (lay.nq + 7 * lay.nmocap) * item + 8
-        return self._cf * per_frame
+        per_world = (lay.nq + 7 * lay.nmocap) * item
+        for o in self._overlay_specs.values():
+            per_world += 4 + o.max_count * (4 * o.width + o.max_bytes)
+        return self._cf * (len(self.world_ids) * per_world + 8)
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes the window holds now: its chunks and its cached poses."""
+        """Bytes the window holds now: its chunks, its cached poses and variant values."""
         with self._cond:
-            return sum(c.nbytes for c in self._chunks.values()) + sum(p.nbytes for p in self._poses.values())
+            return (sum(c.nbytes for c in self._chunks.values()) + sum(p.nbytes for p in self._poses.values())
+                    + len(self._values) * self._variant_row_bytes)
 
     @property
     def max_memory_bytes(self) -> int:
-        """The bound on `memory_bytes`: max_chunks full chunks and POSE_CACHE_FRAMES frames of poses."""
+        """The bound on `memory_bytes`: max_chunks full chunks, POSE_CACHE_FRAMES frames of poses and
+        VARIANT_CACHE_PER_WORLD sets of variant values per world."""
         W, G, nbody = len(self.world_ids), len(self._geoms), self._model.nbody
-        return self._capacity * self.chunk_bytes + POSE_CACHE_FRAMES * W * (G + nbody) * 7 * 8
+        return (self._capacity * self.chunk_bytes + POSE_CACHE_FRAMES * W * (G + nbody) * 7 * 8
+                + VARIANT_CACHE_PER_WORLD * W * self._variant_row_bytes)
 
     def refresh(self) -> int:
         """See frames committed since opening or the last refresh (a live archive); returns n_frames.
@@ -180,6 +212,7 @@ class PoseWindow:
                         del self._chunks[c]
                 self._n_frames = n
                 self._episodes.clear()
+                self._changes = None  # a live writer's new events change values only from its new frames on
                 self._wanted_gen += 1
                 self._cond.notify_all()
         return n
@@ -201,6 +234,37 @@ class PoseWindow:
             while len(self._poses) > POSE_CACHE_FRAMES:
                 self._poses.popitem(last=False)
         return out
+
+    def variant_segments(self, frame: int) -> tuple[int, ...]:
+        """Per world (in `world_ids` order): how many of its variant changes lie at or before `frame`.
+        Two frames with equal tuples are drawn with the same values in force; () without variants."""
+        if not self._variant_fields:
+            return ()
+        frame = self._check_frame(frame)
+        return tuple(int(np.searchsorted(ch, frame, side="right")) for ch in self._variant_changes())
+
+    def variant(self, world_id: int, frame: int) -> dict[str, np.ndarray]:
+        """The world's variant values in force at `frame` (`Archive.variant`), read once per stretch
+        between its changes and kept (read-only arrays); {} for an archive without variants."""
+        self._check_open()
+        if not self._variant_fields:
+            return {}
+        try:
+            w = self.world_ids.index(int(world_id))
+        except (TypeError, ValueError):
+            raise SelectionError(f"world {world_id!r} is not shown in this window; it shows "
+                                 f"{list(self.world_ids)}") from None
+        return self._variant_at(w, self._check_frame(frame))
+
+    def overlays(self, frame: int) -> dict[str, tuple[OverlayFrames, int]]:
+        """The archive's overlay tracks at `frame`: name -> (the chunk's OverlayFrames over the
+        window's worlds, the frame's row in it); {} for an archive without overlays."""
+        self._check_open()
+        frame = self._check_frame(frame)
+        if not self._overlay_specs:
+            return {}
+        chunk = self._get_chunk(frame // self._cf, need=frame + 1)
+        return {name: (o, frame - chunk.start) for name, o in chunk.overlays.items()}
 
     def episode_starts(self, world_id: int) -> list[int]:
         """Frames where the world's episodes start (frame 0 and each reset), cached until `refresh()`."""
@@ -242,6 +306,7 @@ class PoseWindow:
             self._chunks.clear()
             self._poses.clear()
             self._episodes.clear()
+            self._values.clear()
 
     def __enter__(self) -> PoseWindow:
         return self
@@ -316,7 +381,8 @@ class PoseWindow:
             mpos = sel.mocap_pos if self._mocap else None
             mquat = sel.mocap_quat if self._mocap else None
             time = sel.time
-        return _Chunk(c, start, stop, qpos, mpos, mquat, time)
+            overlays = {name: sel.overlay(name) for name in self._overlay_specs}
+        return _Chunk(c, start, stop, qpos, mpos, mquat, time, overlays)
 
     def _insert(self, ch: _Chunk) -> None:
         """Add a chunk (caller holds _cond), evicting first chunks outside the playhead's window, then
@@ -334,30 +400,67 @@ class PoseWindow:
                           next(c for c in self._chunks if c != ch.index))
             del self._chunks[victim]
 
+    def _variant_changes(self) -> list[np.ndarray]:
+        changes = self._changes
+        if changes is None:
+            with self._io_lock:
+                changes = [np.asarray(self._archive.variant_changes(w), np.int64) for w in self.world_ids]
+            with self._cond:
+                self._changes = changes
+        return changes
+
+    def _variant_at(self, w: int, frame: int) -> dict[str, np.ndarray]:
+        """World position w's values in force at `frame`, cached per (world, stretch between changes)."""
+        key = (w, int(np.searchsorted(self._variant_changes()[w], frame, side="right")))
+        with self._cond:
+            hit = self._values.get(key)
+            if hit is not None:
+                self._values.move_to_end(key)
+                return hit
+        with self._io_lock:
+            values = self._archive.variant(self.world_ids[w], frame)  # checked against the model's rules
+        for v in values.values():
+            v.flags.writeable = False
+        with self._cond:
+            self._values[key] = values
+            while len(self._values) > VARIANT_CACHE_PER_WORLD * len(self.world_ids):
+                self._values.popitem(last=False)
+        return values
+
+    def _take_data(self) -> tuple[mujoco.MjModel, mujoco.MjData]:
+        try:
+            return self._datas.get_nowait()
+        except queue.Empty:
+            model = copy.copy(self._model) if self._pose_fields else self._model  # never write the caller's
+            return model, mujoco.MjData(model)
+
     def _kinematics(self, chunk: _Chunk, frame: int) -> FramePoses:
         i = frame - chunk.start
         W, G, nbody = len(self.world_ids), len(self._geoms), self._model.nbody
         geom_pos = np.empty((W, G, 3))
         body_pos = np.empty((W, nbody, 3))
         body_quat = np.empty((W, nbody, 4))
-        try:
-            data = self._datas.get_nowait()
-        except queue.Empty:
-            data = mujoco.MjData(self._model)
+        values = [self._variant_at(w, frame) for w in range(W)] if self._pose_fields else None
+        model, data = self._take_data()
         try:
             for w in range(W):
+                if values is not None:  # as the archive's own model of that world (Archive.model)
+                    apply_variant(model, {name: values[w][name] for name in self._pose_fields})
                 data.qpos[:] = chunk.qpos[i, w]
                 if chunk.mocap_pos is not None:
                     data.mocap_pos[:] = chunk.mocap_pos[i, w]
                     data.mocap_quat[:] = chunk.mocap_quat[i, w]
-                mujoco.mj_kinematics(self._model, data)
+                mujoco.mj_kinematics(model, data)
                 geom_pos[w] = data.geom_xpos[self._geoms]
                 body_pos[w] = data.xpos
                 body_quat[w] = data.xquat
         finally:
-            self._datas.put(data)
+            self._datas.put((model, data))
+        local = self._geom_quat_local[None]
+        if values is not None and "geom_quat" in self._pose_fields:
+            local = np.stack([values[w]["geom_quat"][self._geoms] for w in range(W)])
         # MuJoCo poses a geom as body frame ∘ local frame: geom_xmat is quat2mat(xquat[body] * geom_quat).
-        geom_quat = _quat_mul(body_quat[:, self._geom_body], self._geom_quat_local[None])
+        geom_quat = _quat_mul(body_quat[:, self._geom_body], local)
         geom_quat /= np.linalg.norm(geom_quat, axis=-1, keepdims=True)
         for a in (geom_pos, geom_quat, body_pos, body_quat):
             a.flags.writeable = False

@@ -18,7 +18,8 @@ import numpy as np
 
 from .._errors import MjArchiveError
 
-__all__ = ["GeomMesh", "MAX_VIEW_VERTICES", "MAX_HFIELD_SAMPLES", "geom_meshes"]
+__all__ = ["GeomMesh", "MAX_VIEW_VERTICES", "MAX_HFIELD_SAMPLES", "drawn_rgba", "geom_mesh", "geom_meshes",
+           "unit_sphere"]
 
 #: Vertices summed over every drawn geom; a model beyond it (hostile or huge) is refused.
 MAX_VIEW_VERTICES = 2_000_000
@@ -27,7 +28,7 @@ MAX_HFIELD_SAMPLES = 256
 
 _SEGMENTS = 16  # around a revolved primitive's axis: a multiple of 4, so the extremes lie on vertices
 _RINGS = 6  # latitude steps per quarter circle (15°): the equator is a ring, so the bounding box is exact
-_DEFAULT_RGBA = (0.5, 0.5, 0.5, 1.0)
+_DEFAULT_RGBA = np.array([0.5, 0.5, 0.5, 1.0])  # MuJoCo's geom rgba: a geom with a material and it draws the material's
 _INFINITE_PLANE_HALF = 10.0  # an infinite plane (size 0) is drawn as a 20 m square
 
 
@@ -46,15 +47,16 @@ class GeomMesh:
     rgba: tuple[float, float, float, float]
 
 
-def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2)) -> list[GeomMesh]:
+def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2), *,
+                keep_clear: bool = False) -> list[GeomMesh]:
     """One GeomMesh per drawn geom, in geom id order.
 
     A geom is drawn when its group is in `groups` (MuJoCo's geom groups 0..5), its colour's alpha
-    is > 0 and its type has a surface here: plane, sphere, capsule, ellipsoid, cylinder, box,
-    mesh, height field. SDF geoms (a plugin's implicit surface) are skipped. Colour follows
-    MuJoCo's rule: a geom with a material and the default rgba (0.5 0.5 0.5 1) takes the
-    material's rgba; textures are not applied. Raises MjArchiveError when the meshes would hold
-    more than MAX_VIEW_VERTICES vertices in all.
+    is > 0 (or `keep_clear`: a per-world colour may make it visible) and its type has a surface
+    here: plane, sphere, capsule, ellipsoid, cylinder, box, mesh, height field. SDF geoms (a
+    plugin's implicit surface) are skipped. Colour follows MuJoCo's rule: a geom with a material
+    and the default rgba (0.5 0.5 0.5 1) takes the material's rgba; textures are not applied.
+    Raises MjArchiveError when the meshes would hold more than MAX_VIEW_VERTICES vertices in all.
     """
     visible = _parse_groups(groups)
     chosen: list[tuple[int, tuple[float, float, float, float]]] = []
@@ -64,7 +66,7 @@ def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2)) -> lis
         if group not in visible:
             continue
         rgba = _rgba(model, g)
-        if rgba[3] <= 0:
+        if rgba[3] <= 0 and not keep_clear:
             continue
         n = _vertex_count(model, g)
         if n is None:
@@ -86,6 +88,26 @@ def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2)) -> lis
     return out
 
 
+def geom_mesh(model: mujoco.MjModel, g: int, *, size: np.ndarray | None = None,
+              dataid: int | None = None) -> GeomMesh | None:
+    """Geom g's mesh as `geom_meshes` builds it, but with another `size` (primitives) or mesh or
+    height field id `dataid` than the model's (a world's variant values); None if not drawable.
+    Raises MjArchiveError beyond MAX_VIEW_VERTICES vertices."""
+    n = _vertex_count(model, g, dataid)
+    if n is None:
+        return None
+    if n > MAX_VIEW_VERTICES:
+        raise MjArchiveError(f"geom {g}'s mesh has more than {MAX_VIEW_VERTICES:,} vertices (MAX_VIEW_VERTICES), too "
+                             "many to show in a browser")
+    built = _build(model, g, {}, size=size, dataid=dataid)
+    return None if built is None else GeomMesh(geom=g, vertices=built[0], faces=built[1], rgba=_rgba(model, g))
+
+
+def unit_sphere() -> tuple[np.ndarray, np.ndarray]:
+    """(vertices, faces) of a sphere of radius 1 at the origin (a point overlay's marker)."""
+    return _frozen(*_revolve(_arc(-math.pi / 2, math.pi / 2, 2 * _RINGS)))
+
+
 # -- selection and colour ------------------------------------------------------------------------
 
 def _parse_groups(groups: Iterable[int]) -> frozenset[int]:
@@ -99,12 +121,26 @@ def _parse_groups(groups: Iterable[int]) -> frozenset[int]:
     return out
 
 
+def drawn_rgba(rgba: np.ndarray, matid: np.ndarray, mat_rgba: np.ndarray) -> np.ndarray:
+    """The colours geoms draw in, by MuJoCo's rule: a geom with a material (matid >= 0) and the
+    default rgba (0.5 0.5 0.5 1) takes the material's rgba; clipped to [0, 1], float64.
+
+    rgba (..., C, 4) and matid (..., C) of C geoms; mat_rgba (..., nmat, 4) or (nmat, 4), the
+    materials (per leading index, e.g. per world, or shared)."""
+    rgba = np.asarray(rgba, np.float64)
+    matid = np.asarray(matid, np.int64)
+    mat = np.asarray(mat_rgba, np.float64)
+    if mat.shape[-2]:
+        mat = np.broadcast_to(mat, (*rgba.shape[:-2], *mat.shape[-2:]))
+        use = (matid >= 0) & np.all(np.abs(rgba - _DEFAULT_RGBA) <= 1e-7, axis=-1)
+        from_mat = np.take_along_axis(mat, np.clip(matid, 0, mat.shape[-2] - 1)[..., None], axis=-2)
+        rgba = np.where(use[..., None], from_mat, rgba)
+    return np.clip(rgba, 0.0, 1.0)
+
+
 def _rgba(model: mujoco.MjModel, g: int) -> tuple[float, float, float, float]:
-    rgba = tuple(float(x) for x in model.geom_rgba[g])
-    mat = int(model.geom_matid[g])
-    if mat >= 0 and np.allclose(rgba, _DEFAULT_RGBA, rtol=0, atol=1e-7):
-        rgba = tuple(float(x) for x in model.mat_rgba[mat])
-    return tuple(min(max(x, 0.0), 1.0) for x in rgba)  # type: ignore[return-value]
+    rgba = drawn_rgba(model.geom_rgba[g:g + 1], model.geom_matid[g:g + 1], model.mat_rgba)[0]
+    return tuple(float(x) for x in rgba)  # type: ignore[return-value]
 
 
 def _hfield_steps(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,9 +154,10 @@ def _hfield_steps(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray
     return keep(nrow), keep(ncol)
 
 
-def _vertex_count(model: mujoco.MjModel, g: int) -> int | None:
+def _vertex_count(model: mujoco.MjModel, g: int, dataid: int | None = None) -> int | None:
     """Vertices the geom's mesh will have; None for a geom that is not drawn here."""
     t = int(model.geom_type[g])
+    data = int(model.geom_dataid[g]) if dataid is None else int(dataid)
     G = mujoco.mjtGeom
     if t == G.mjGEOM_PLANE:
         return 4
@@ -133,10 +170,9 @@ def _vertex_count(model: mujoco.MjModel, g: int) -> int | None:
     if t == G.mjGEOM_BOX:
         return 24
     if t == G.mjGEOM_MESH:
-        mid = int(model.geom_dataid[g])
-        return int(model.mesh_vertnum[mid]) if 0 <= mid < model.nmesh else None
+        return int(model.mesh_vertnum[data]) if 0 <= data < model.nmesh else None
     if t == G.mjGEOM_HFIELD:
-        h = int(model.geom_dataid[g])
+        h = data
         if not 0 <= h < model.nhfield or model.hfield_nrow[h] < 2 or model.hfield_ncol[h] < 2:
             return None
         rows, cols = _hfield_steps(model, h)
@@ -146,12 +182,14 @@ def _vertex_count(model: mujoco.MjModel, g: int) -> int | None:
 
 # -- building ----------------------------------------------------------------------------------------
 
-def _build(model: mujoco.MjModel, g: int, shared: dict) -> tuple[np.ndarray, np.ndarray] | None:
+def _build(model: mujoco.MjModel, g: int, shared: dict, size: np.ndarray | None = None,
+           dataid: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     t = int(model.geom_type[g])
-    size = np.asarray(model.geom_size[g], dtype=np.float64)
+    size = np.asarray(model.geom_size[g] if size is None else size, dtype=np.float64)
+    data = int(model.geom_dataid[g]) if dataid is None else int(dataid)
     G = mujoco.mjtGeom
     if t == G.mjGEOM_MESH:
-        mid = int(model.geom_dataid[g])
+        mid = data
         if mid not in shared:
             shared[mid] = _frozen(*_mesh(model, mid))
         return shared[mid]
@@ -172,7 +210,7 @@ def _build(model: mujoco.MjModel, g: int, shared: dict) -> tuple[np.ndarray, np.
     elif t == G.mjGEOM_BOX:
         v, f = _box(size[:3])
     elif t == G.mjGEOM_HFIELD:
-        v, f = _hfield(model, int(model.geom_dataid[g]))
+        v, f = _hfield(model, data)
     else:
         return None
     return _frozen(v, f)

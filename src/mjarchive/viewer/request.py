@@ -19,7 +19,7 @@ from ..archive.reader import parse_selection
 from .frames import MAX_VIEW_WORLDS
 
 __all__ = ["parse_worlds", "check_max_worlds", "check_listen", "format_ids", "is_loopback", "url_for",
-           "quiet", "markdown_text", "short_ids"]
+           "quiet", "markdown_text", "resets_text", "short_ids"]
 
 
 def parse_worlds(text: str) -> int | list[int] | slice:
@@ -97,3 +97,13 @@ def markdown_text(text: str) -> str:
 def short_ids(ids: Sequence[int]) -> str:
     ids = list(ids)
     return f"{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))} ({len(ids)} worlds)"
+
+
+def resets_text(per_world: dict[int, Sequence[int]]) -> str:
+    """The resets list of the page: each world's episode starts after frame 0 (at most 12 named)."""
+    lines = []
+    for w, starts in per_world.items():
+        resets = [s for s in starts if s > 0]
+        shown = ", ".join(map(str, resets[:12])) + (f", … ({len(resets)} in all)" if len(resets) > 12 else "")
+        lines.append(f"world {w}: {shown or 'none'}")
+    return ("Resets (episode starts) — " + "; ".join(lines)) if lines else ""
