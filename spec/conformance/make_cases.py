@@ -169,6 +169,10 @@ def _base(kind: str, scratch: Path) -> Path:
             _write(out, CAMERA, [0, 1], 3, chunk_frames=2)
         elif kind == "mocap":
             _write(out, MOCAP_ONLY, [0, 1], 3, chunk_frames=2)
+        elif kind == "variants":
+            _write_variants(out)
+        elif kind == "overlays":
+            _write_overlays(out)
         _BASES[kind] = out
     return _BASES[kind]
 
@@ -569,22 +573,9 @@ def _(out):
     return expected
 
 
-def _variants_broken(out: Path, change: Callable[[dict], Any] | None = None) -> None:
-    if "variants" not in _BASES:
-        base = out.parent / ".scratch" / "base-variants"
-        _write_variants(base)
-        _BASES["variants"] = base
-    shutil.copytree(_BASES["variants"], out)
-    if change is not None:
-        _patch(out, change)
-
-
-def _overlays_broken(out: Path, change: Callable[[dict], Any] | None = None) -> None:
-    if "overlays" not in _BASES:
-        base = out.parent / ".scratch" / "base-overlays"
-        _write_overlays(base)
-        _BASES["overlays"] = base
-    shutil.copytree(_BASES["overlays"], out)
+def _copy_of(out: Path, kind: str, change: Callable[[dict], Any] | None = None) -> None:
+    """A copy of the valid 1.1 base archive `kind` ("variants" or "overlays"), root attributes changed."""
+    shutil.copytree(_base(kind, out.parent / ".scratch"), out)
     if change is not None:
         _patch(out, change)
 
@@ -598,7 +589,7 @@ def _set_item(out: Path, key: str, index: Any, value: Any) -> None:
 @case("required-feature-unknown", error="FormatVersionError", rule="required-features", match="teleport",
       schema="valid", note="an archive that needs a feature this reader lacks is refused, not read without it")
 def _(out):
-    _variants_broken(out, lambda a: a["required_features"].append("teleport"))
+    _copy_of(out, "variants", lambda a: a["required_features"].append("teleport"))
 
 
 @case("required-feature-unknown-newer-minor", error="FormatVersionError", rule="required-features", match="upgrade",
@@ -610,18 +601,18 @@ def _(out):
 @case("required-features-missing", rule="rules-beyond-the-schema", match="required_features", schema="valid",
       note="variants present, but not declared as required: a 1.0 reader would render the worlds wrongly")
 def _(out):
-    _variants_broken(out, lambda a: a.pop("required_features"))
+    _copy_of(out, "variants", lambda a: a.pop("required_features"))
 
 
 @case("required-features-in-format-1.0", rule="rules-beyond-the-schema", match="1\\.1", schema="valid")
 def _(out):
-    _variants_broken(out, lambda a: a.update(format_version="1.0"))
+    _copy_of(out, "variants", lambda a: a.update(format_version="1.0"))
 
 
 @case("variant-field-not-allowed", rule="root-attributes", match="allowed",
       note="body_mass changes no pixel; only the allowed fields may vary")
 def _(out):
-    _variants_broken(out, lambda a: a["variants"].update(body_mass=a["variants"].pop("geom_size")))
+    _copy_of(out, "variants", lambda a: a["variants"].update(body_mass=a["variants"].pop("geom_size")))
 
 
 @case("variant-shape-differs-from-model", error="LayoutMismatchError", rule="events", match="geom_size",
@@ -629,7 +620,7 @@ def _(out):
 def _(out):
     import zarr
 
-    _variants_broken(out, lambda a: a["variants"]["geom_size"].update(shape=[3, 3]))
+    _copy_of(out, "variants", lambda a: a["variants"]["geom_size"].update(shape=[3, 3]))
     root = zarr.open_group(out, mode="r+")
     rows = root["variants/geom_size/value"][:]
     del root["variants/geom_size/value"]
@@ -643,24 +634,24 @@ def _(out):
 
 @case("variant-n-events-beyond-array", rule="commit", match="events", schema="valid")
 def _(out):
-    _variants_broken(out, lambda a: a["variants"]["geom_rgba"].update(n_events=4))
+    _copy_of(out, "variants", lambda a: a["variants"]["geom_rgba"].update(n_events=4))
 
 
 @case("variant-event-frames-decreasing", rule="events", match="nondecreasing", schema="valid")
 def _(out):
-    _variants_broken(out)
+    _copy_of(out, "variants")
     _set_item(out, "variants/geom_rgba/frame", 1, 4)
 
 
 @case("variant-event-frame-uncommitted", rule="events", match="committed", schema="valid")
 def _(out):
-    _variants_broken(out)
+    _copy_of(out, "variants")
     _set_item(out, "variants/geom_rgba/frame", 2, 5)
 
 
 @case("variant-event-world-out-of-range", rule="events", match="world", schema="valid")
 def _(out):
-    _variants_broken(out)
+    _copy_of(out, "variants")
     _set_item(out, "variants/geom_rgba/world", 2, 2)
 
 
@@ -668,7 +659,7 @@ def _(out):
       note="frames 0, 2**63 - 1, -2**63, -1, 2: each difference is >= 0 once int64 subtraction wraps around "
            "(np.diff), yet -2**63 and 2**63 - 1 are no committed frames; compare neighbours, never subtract")
 def _(out):
-    _variants_broken(out, lambda a: a["variants"]["geom_rgba"].update(n_events=5))
+    _copy_of(out, "variants", lambda a: a["variants"]["geom_rgba"].update(n_events=5))
     import zarr
 
     root = zarr.open_group(out, mode="r+")
@@ -694,66 +685,66 @@ def _(out):
 @case("variants-null", rule="root-attributes", match="variants",
       note="`variants` is an object when present; null is not 'absent'")
 def _(out):
-    _variants_broken(out, lambda a: a.update(variants=None, required_features=[]))
+    _copy_of(out, "variants", lambda a: a.update(variants=None, required_features=[]))
 
 
 @case("variant-value-colour-out-of-range", rule="allowed-fields", match="\\[0, 1\\]", schema="valid")
 def _(out):
-    _variants_broken(out)
+    _copy_of(out, "variants")
     _set_item(out, "variants/geom_rgba/value", 1, np.full((2, 4), 2.0, np.float32))
 
 
 @case("variant-value-not-finite", rule="allowed-fields", match="finite", schema="valid")
 def _(out):
-    _variants_broken(out)
+    _copy_of(out, "variants")
     _set_item(out, "variants/geom_size/value", 0, np.full((2, 3), np.nan))
 
 
 @case("overlay-count-above-max", rule="overlays", match="count", schema="valid")
 def _(out):
-    _overlays_broken(out)
+    _copy_of(out, "overlays")
     _set_item(out, "overlays/target/count", (1, 0), 3)
 
 
 @case("overlay-coordinate-not-finite", rule="overlays", match="finite", schema="valid")
 def _(out):
-    _overlays_broken(out)
+    _copy_of(out, "overlays")
     _set_item(out, "overlays/command/data", (0, 1, 0, 2), np.inf)
 
 
 @case("overlay-label-not-utf8", rule="overlays", match="UTF-8", schema="valid")
 def _(out):
-    _overlays_broken(out)
+    _copy_of(out, "overlays")
     _set_item(out, "overlays/label/text", (2, 0, 0, slice(0, 2)), np.array([0xC3, 0x28], np.uint8))
 
 
 @case("overlay-label-control-character", rule="overlays", match="control", schema="valid",
       note="an escape sequence in a label would reach terminals and logs")
 def _(out):
-    _overlays_broken(out)
+    _copy_of(out, "overlays")
     _set_item(out, "overlays/label/text", (1, 1, 0, 1), 0x1B)
 
 
 @case("overlay-text-too-large", rule="rules-beyond-the-schema", match="max_bytes", schema="valid",
       note="max_count × max_bytes = 4096 × 1024: each in range, the product above 65536 per frame and world")
 def _(out):
-    _overlays_broken(out, lambda a: a["overlays"]["label"].update(max_count=4096, max_bytes=1024))
+    _copy_of(out, "overlays", lambda a: a["overlays"]["label"].update(max_count=4096, max_bytes=1024))
 
 
 @case("overlay-kind-unknown", rule="root-attributes", match="kind")
 def _(out):
-    _overlays_broken(out, lambda a: a["overlays"]["target"].update(kind="mesh"))
+    _copy_of(out, "overlays", lambda a: a["overlays"]["target"].update(kind="mesh"))
 
 
 @case("overlay-name-is-a-path", rule="root-attributes", match="name")
 def _(out):
-    _overlays_broken(out, lambda a: a["overlays"].update({"../target": a["overlays"].pop("target")}))
+    _copy_of(out, "overlays", lambda a: a["overlays"].update({"../target": a["overlays"].pop("target")}))
 
 
 @case("overlay-kind-not-a-string", rule="root-attributes", match="kind",
       note="a JSON array as kind: a reader that looks it up in a table of kinds must not fail on an unhashable key")
 def _(out):
-    _overlays_broken(out, lambda a: a["overlays"]["target"].update(kind=["points"]))
+    _copy_of(out, "overlays", lambda a: a["overlays"]["target"].update(kind=["points"]))
 
 
 # -- writing and comparing -------------------------------------------------------------------------------
