@@ -14,7 +14,7 @@ What is timed (time.perf_counter() around the one call, accumulated per run, div
 
 * `record`: `rec.record(qpos=..., qvel=..., time=...)`. This includes the amortized block hand-off
   to the writer (`ArchiveWriter.append` of a block, done inside `record()` when a ring slot is
-  needed again: `frames / block_frames - ring_buffers + 1` blocks per run, 16 of 19 by default)
+  needed again: `frames / block_frames - ring_buffers + 1` blocks per run, e.g. 16 of 19 with 16-frame blocks)
   and the cost of the writer's background compression competing for the cores (`chunk_frames=64`,
   so chunks fill and compress during the run). The first call (creates the archive, compiles the
   gather) is not timed. `flush()` at the end (hands over the last <= `ring_buffers` blocks and
@@ -51,7 +51,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-N_DISTINCT = 5  # distinct input arrays cycled through (coprime with block_frames=16)
+N_DISTINCT = 5  # distinct input arrays cycled through (coprime with block_frames 16 and 64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Layout:
     selected: int
     frames: int
     repeats: int
-    block_frames: int
+    block_frames: int | None
     ring_buffers: int
     chunk_frames: int
     libraries: tuple[str, ...]
@@ -76,7 +76,8 @@ def parse(argv: list[str] | None = None) -> Layout:
     p.add_argument("--selected", type=int, default=16, help="worlds recorded (spread evenly over the batch)")
     p.add_argument("--frames", type=int, default=300, help="recorded frames per timed run")
     p.add_argument("--repeats", type=int, default=7, help="interleaved runs of each variant")
-    p.add_argument("--block-frames", type=int, default=16)
+    p.add_argument("--block-frames", type=int, default=None,
+                   help="frames per block (default: the Recorder's, 64 in host memory and 16 on a GPU)")
     p.add_argument("--ring-buffers", type=int, default=3)
     p.add_argument("--chunk-frames", type=int, default=64)
     p.add_argument("--libraries", default="jax,torch", help="comma-separated: jax, torch")

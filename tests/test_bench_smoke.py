@@ -166,3 +166,25 @@ def test_bench_variants_quick_prints_metrics(tmp_path):
         assert name in metrics, f"{name} missing:\n{proc.stdout[-3000:]}"
     assert any(name.startswith("overlays.ratio.") and math.isfinite(float(v.split()[0])) for name, v in metrics.items())
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+def test_bench_peer_flygym_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_peer_flygym.py --quick: every row prints (render may say why it skipped), the
+    archive holds what the flygym-style recorder kept, and the ratios parse."""
+    proc, metrics = _run_quick(BENCH.parent / "bench_peer_flygym.py", tmp_path, timeout=240)
+    assert metrics["check.archive_equals_peer_trajectory"] == "True", proc.stdout[-3000:]
+    names = ["record.ours_us", "record.flygym_us", "record.bare_copy_us", "ratio.record_vs_bare_copy",
+             "ratio.record_vs_flygym", "skip.ours_us", "skip.flygym_us", "construct.ours_ms",
+             "construct.one_compile_ms", "ratio.construct_vs_compile", "open_select_first.ours_ms",
+             "open_select_first.npz_ms", "open_select_warm.ours_ms", "ratio.open_select_warm_vs_npz"]
+    if "render.skipped" not in metrics:
+        names += ["render.ours_workers1_s", "render.flygym_s", "ratio.render_vs_flygym"]
+    if "warp.skipped" not in metrics:
+        assert metrics["check.warp_archive_equals_peer"] == "True", proc.stdout[-3000:]
+        names += ["warp.record_us", "warp.skip_us", "warp.flygym_us", "ratio.warp_record_vs_bare_gather_copy"]
+    for name in names:
+        assert name in metrics, f"{name} missing from the output:\n{proc.stdout[-3000:]}"
+        value = float(metrics[name])
+        assert math.isfinite(value) and value > 0, (name, value)
+    assert metrics["target.record_vs_bare_copy_le_1.5"] in ("PASS", "FAIL")
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

@@ -235,10 +235,118 @@ def _(out):
       note="arrays hold 3 frames and are longer still, but n_frames = 2: readers return 2 frames")
 def _(out):
     expected = _write(out, HINGE, [0, 1], 3, close=False, chunk_frames=2)
-    _patch(out, _set(n_frames=2))
+    _commit_doc(out, 2)
     expected["n_frames"] = 2
     expected["arrays"] = {k: v[:2] for k, v in expected["arrays"].items()}
     return expected
+
+
+# -- the commit document (1.1) ---------------------------------------------------------------------
+def _commit_doc(out: Path, n_frames: Any = None, n_events: Any = None, *, record: Any = None,
+                raw: bytes | None = None) -> None:
+    """Write `_commit/zarr.json`: the given bytes, or a group document holding `record` (default:
+    these counts, the writer's compact formatting)."""
+    if raw is None:
+        if record is None:
+            record = {"n_frames": n_frames, "n_events": n_events or {}}
+        doc = {"zarr_format": 3, "node_type": "group", "attributes": {"mjarchive_commit": record}}
+        raw = json.dumps(doc, separators=(",", ":")).encode()
+    (out / "_commit").mkdir(exist_ok=True)
+    (out / "_commit" / "zarr.json").write_bytes(raw)
+
+
+def _live(out: Path, kind: str = "hinge", **root: Any) -> None:
+    """A copy of a finalized base archive made live again (as a resuming writer does), root changed,
+    without the commit document finalizing kept."""
+    shutil.copytree(_base(kind, out.parent / ".scratch"), out)
+    shutil.rmtree(out / "_commit", ignore_errors=True)
+    _patch(out, _set(status="live", **root))
+
+
+@case("valid-live-commit-document", expect="valid",
+      note="a live 1.1 archive: the root says n_frames = 0 (as written at creation), the commit document 3")
+def _(out):
+    return _write(out, HINGE, [0, 1], 3, close=False, chunk_frames=2)
+
+
+@case("valid-live-root-commit-without-document", expect="valid", rule="commit-protocol",
+      note="a live 1.1 archive without a commit document: the root's counts are the commit record")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    shutil.rmtree(out / "_commit")  # finalizing kept the last live commit's document
+    _patch(out, _set(status="live"))
+    return {**expected, "status": "live"}
+
+
+@case("valid-finalized-stale-commit-document", expect="valid", rule="commit-protocol",
+      note="a finalized root is the commit record: a commit document left by a crash during finalization "
+           "(here a hostile one: a negative count, an unknown field) is ignored, never read")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    _commit_doc(out, -7, {"geom_rgba": 1})
+    return expected
+
+
+@case("valid-1.0-commit-document-ignored", expect="valid", rule="commit-protocol",
+      note="a live 1.0 archive commits in its root attributes: a commit document in it is ignored")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    _patch(out, _set(status="live", format_version="1.0"))
+    _commit_doc(out, 1000)
+    return {**expected, "status": "live"}
+
+
+@case("commit-document-duplicate-key", rule="security-requirements-for-readers", match="appears twice",
+      note="n_frames twice in one object: JSON parsers disagree which one counts")
+def _(out):
+    _live(out)
+    _commit_doc(out, raw=b'{"zarr_format":3,"node_type":"group","attributes":{"mjarchive_commit":'
+                         b'{"n_frames":3,"n_frames":1,"n_events":{}}}}')
+
+
+@case("commit-document-is-a-directory", rule="commit-protocol", match="directory", runtime=True,
+      note="a folder where the commit document belongs: damage, not an absent document (made at test time)")
+def _(out):
+    _live(out)
+    (out / "_commit" / "zarr.json").mkdir(parents=True)
+    (out / "_commit" / "zarr.json" / "zarr.json").write_text("{}")
+
+
+@case("root-document-utf16", rule="security-requirements-for-readers", match="UTF-8",
+      note="the root document re-encoded as UTF-16: Python's json guesses the encoding, other readers refuse")
+def _(out):
+    _broken(out)
+    (out / "zarr.json").write_bytes((out / "zarr.json").read_text().encode("utf-16"))
+
+
+@case("transpose-order-booleans", rule="codecs", match="transpose order",
+      note="order [true, 2, false]: zarr reads booleans as 1 and 0; the spec's orders are integers")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "qpos" / "zarr.json", lambda d: d["codecs"][0]["configuration"]["codecs"][0]["configuration"]
+              .__setitem__("order", [True, 2, False]))
+
+
+@case("bytes-big-endian", rule="codecs", match="endian",
+      note="qpos declared big-endian: the spec's arrays are little-endian")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "qpos" / "zarr.json", lambda d: d["codecs"][0]["configuration"]["codecs"][1]
+              .__setitem__("configuration", {"endian": "big"}))
+
+
+@case("commit-document-beyond-arrays", rule="commit-protocol", match="n_frames=1000 exceeds")
+def _(out):
+    _live(out)
+    _commit_doc(out, 1000)
+
+
+@case("commit-document-below-root", rule="commit-document", match="root's n_frames",
+      note="counts only grow: a commit document below the root's counts is corrupt")
+def _(out):
+    _live(out)
+    _commit_doc(out, 2)
+
 
 
 @case("valid-tracks-every-dtype-float64", expect="valid")
@@ -267,6 +375,40 @@ def _(out):
 @case("valid-world-ids-int64-max", expect="valid")
 def _(out):
     return _write(out, HINGE, [0, 2**63 - 1], 2, shard_worlds=1)
+
+
+def _rewrite_qpos(out: Path, values: np.ndarray, *, transpose: bool) -> None:
+    """Store `qpos` again with the 1.0 writers' chain (bytes + blosc zstd 3 bitshuffle) or 1.1's."""
+    import zarr
+    import zarr.codecs
+
+    meta = json.loads((out / "qpos" / "zarr.json").read_text())
+    shards = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    inner = meta["codecs"][0]["configuration"]["chunk_shape"]
+    blosc = zarr.codecs.BloscCodec(cname="zstd", clevel=3 if not transpose else 2, typesize=values.dtype.itemsize,
+                                   shuffle="shuffle" if transpose else "bitshuffle")
+    filters = [zarr.codecs.TransposeCodec(order=(1, 2, 0))] if transpose else []
+    shutil.rmtree(out / "qpos")
+    zarr.open_group(out, mode="r+").create_array(
+        "qpos", shape=values.shape, chunks=tuple(inner), shards=tuple(shards), dtype=values.dtype,
+        filters=filters, compressors=blosc, fill_value=0.0, dimension_names=meta["dimension_names"])[...] = values
+
+
+@case("valid-1.0-codec-chain", expect="valid", rule="codecs",
+      note="a 1.1 archive whose qpos uses the 1.0 writers' chain (no transpose, bitshuffle): codecs come from "
+           "each array's metadata, never from format_version")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    _rewrite_qpos(out, expected["arrays"]["qpos"], transpose=False)
+    return expected
+
+
+@case("transpose-order-not-a-permutation", rule="codecs", match="qpos",
+      note="transpose order [0, 0, 1] names axis 0 twice")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "qpos" / "zarr.json", lambda d: d["codecs"][0]["configuration"]["codecs"][0]["configuration"]
+              .__setitem__("order", [0, 0, 1]))
 
 
 @case("valid-newer-minor-version", expect="valid", rule="versioning-and-stability-policy",
@@ -747,6 +889,61 @@ def _(out):
     _copy_of(out, "overlays", lambda a: a["overlays"]["target"].update(kind=["points"]))
 
 
+for _name, _record in {
+    "commit-document-count-not-integer": {"n_frames": 3.0, "n_events": {}},
+    "commit-document-count-is-bool": {"n_frames": True, "n_events": {}},
+    "commit-document-count-is-string": {"n_frames": "3", "n_events": {}},
+    "commit-document-unknown-key": {"n_frames": 3, "n_events": {}, "n_overlays": 1},
+    "commit-document-missing-events": {"n_frames": 3},
+    "commit-document-events-unknown-field": {"n_frames": 3, "n_events": {"geom_rgba": 0}},
+    "commit-document-not-an-object": [3, {}],
+}.items():
+    case(_name, rule="commit-document", match="commit document")(
+        lambda out, record=_record: (_live(out), _commit_doc(out, record=record)))
+
+
+@case("commit-document-events-below-root", rule="commit-document", match="root's n_events")
+def _(out):
+    _live(out, "variants")
+    _commit_doc(out, 5, {"geom_rgba": 2, "geom_size": 1})
+
+
+@case("commit-document-events-field-missing", rule="commit-document", match="variant fields")
+def _(out):
+    _live(out, "variants")
+    _commit_doc(out, 5, {"geom_rgba": 3})
+
+
+@case("commit-document-events-beyond-arrays", rule="commit-document", match="geom_size",
+      note="event counts are checked against the event arrays like the root's")
+def _(out):
+    _live(out, "variants")
+    _commit_doc(out, 5, {"geom_rgba": 3, "geom_size": 9})
+
+
+@case("commit-document-huge", rule="commit-document", match="65536", runtime=True,
+      note="64 KiB at most, refused before it is parsed (here padded with an ignored attribute)")
+def _(out):
+    _live(out)
+    doc = {"zarr_format": 3, "node_type": "group",
+           "attributes": {"mjarchive_commit": {"n_frames": 3, "n_events": {}}, "pad": "x" * 70000}}
+    _commit_doc(out, raw=json.dumps(doc).encode())
+
+
+@case("commit-document-not-json", rule="commit-document", match="commit document|JSON", runtime=True,
+      note="runtime: the committed-cases check parses every committed zarr.json")
+def _(out):
+    _live(out)
+    _commit_doc(out, raw=b'{"zarr_format":3,"node_type":"group","attributes":{"mjarchive_commit":{"n_frames":3,')
+
+
+@case("commit-document-not-a-group", rule="commit-document", match="group document")
+def _(out):
+    _live(out)
+    _commit_doc(out, raw=json.dumps({"zarr_format": 3, "node_type": "array",
+                                     "attributes": {"mjarchive_commit": {"n_frames": 3, "n_events": {}}}}).encode())
+
+
 # -- writing and comparing -------------------------------------------------------------------------------
 def _to_json(expected: dict) -> dict:
     arrays = {name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": _json_values(a)}
@@ -795,14 +992,15 @@ def snapshot(directory: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"files": sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())}
     for meta in sorted(directory.rglob("zarr.json")):
         key = str(meta.parent.relative_to(directory))
-        doc = json.loads(meta.read_text())
+        doc = json.loads(meta.read_bytes())  # (bytes: also a case's UTF-16 document)
         out[key + "/zarr.json"] = doc
         if doc.get("node_type") == "array":
             try:
                 value = zarr.open_array(meta.parent, mode="r")[...]
                 out[key] = (str(value.dtype), value.shape, value.tobytes())
             except Exception:
-                out[key] = sorted((str(p), p.read_bytes()) for p in meta.parent.rglob("*") if p.is_file())
+                out[key] = sorted((str(p.relative_to(directory)), p.read_bytes()) for p in meta.parent.rglob("*")
+                                  if p.is_file())
     return out
 
 

@@ -68,6 +68,7 @@ _LAZY = {
     "Recorder": ".record.recorder",
     "render": ".replay.render",
     "iter_frames": ".replay.render",
+    "close_pool": ".replay.render",
     "view": ".viewer.app",
 }
 
@@ -107,6 +108,7 @@ __all__ = [
     "TrackSpec",
     "UnsafeBundleError",
     "VerifyReport",
+    "close_pool",
     "create",
     "iter_frames",
     "open",

@@ -275,3 +275,111 @@ def test_spec_roundtrip():
     assert (model.nq, model.nmocap) == (3, 1)
     assert bundle.layout.mocap_bodies == ("m0",)
     assert [j[0] for j in bundle.layout.joints] == ["j0", "j1", "j2"]
+
+
+# -- compiled once; from_spec bit-exact ---------------------------------------------------------
+
+def _model_arrays(model: mujoco.MjModel) -> dict[str, np.ndarray]:
+    # File paths differ by design: the bundle renames files to its flat member names.
+    return {name: getattr(model, name) for name in dir(model) if not name.startswith("_") and "path" not in name
+            and isinstance(getattr(model, name), np.ndarray)}
+
+
+def _assert_bit_identical(got: mujoco.MjModel, want: mujoco.MjModel) -> None:
+    """Every array of the compiled models, and the poses at qpos0 and at random configurations."""
+    mine, theirs = _model_arrays(got), _model_arrays(want)
+    assert mine.keys() == theirs.keys()
+    differ = [n for n in theirs if not np.array_equal(mine[n], theirs[n], equal_nan=mine[n].dtype.kind == "f")]
+    assert not differ, f"fields differ: {differ}"
+    d_got, d_want = mujoco.MjData(got), mujoco.MjData(want)
+    for q in [want.qpos0, *_random_qpos(want, 2, seed=want.ngeom)]:
+        for m, d in ((got, d_got), (want, d_want)):
+            d.qpos[:] = q
+            mujoco.mj_kinematics(m, d)
+        for field in ("xpos", "xquat", "geom_xpos", "geom_xmat", "site_xpos"):
+            np.testing.assert_array_equal(getattr(d_got, field), getattr(d_want, field), err_msg=field)
+
+
+def _gymnasium_ant() -> Path:
+    gym = pytest.importorskip("gymnasium")
+    path = Path(gym.__file__).parent / "envs" / "mujoco" / "assets" / "ant.xml"  # angles in degrees
+    if not path.is_file():
+        pytest.skip("gymnasium's MuJoCo assets are not installed")
+    return path
+
+
+def _humanoid_cmu() -> Path:
+    import importlib.util
+
+    found = importlib.util.find_spec("dm_control")  # its model files only: no need to import it
+    for root in found.submodule_search_locations if found else ():
+        if (Path(root) / "suite" / "humanoid_CMU.xml").is_file():
+            return Path(root) / "suite" / "humanoid_CMU.xml"
+    pytest.skip("dm_control is not installed")
+
+
+@pytest.mark.parametrize("name", ["humanoid", "aloha", "ant", "humanoid_CMU"])
+def test_from_spec_compiles_bit_exactly(name, humanoid_xml, aloha_xml):
+    path = {"humanoid": lambda: humanoid_xml, "aloha": lambda: aloha_xml, "ant": _gymnasium_ant,
+            "humanoid_CMU": _humanoid_cmu}[name]()
+    spec = mujoco.MjSpec.from_file(str(path))
+    # Edited in Python with numbers 6 significant digits cannot hold, so the file is no help.
+    body = spec.worldbody.add_body(name="added", pos=[0.1234567891234, 1 / 3, 1 / 7])
+    body.alt.type = mujoco.mjtOrientation.mjORIENTATION_EULER
+    body.alt.euler = [0.3, 0.7, 1 / 3]
+    body.add_joint(name="added_hinge", axis=[1 / 3, 2 / 3, 0.7071067811865476], range=[-1 / 3, 2 / 7])
+    body.add_geom(size=[0.0123456789, 0.1 / 3, 0], rgba=[0.1, 0.2, 0.3, 1], pos=[1e-7 / 3, 0, 2 / 3])
+    spec.geoms[0].size = np.asarray(spec.geoms[0].size) * (1 + 1 / 3e5)
+    spec.bodies[1].pos = np.asarray(spec.bodies[1].pos) + [1 / 3e6, -1 / 7e6, 1 / 9e6]
+    reference = spec.compile()
+    bundle = ModelBundle.from_spec(spec)
+    assert "savecompiled" not in bundle.xml and "meshdir" not in bundle.xml
+    # A bundle made only of its bytes (nothing cached), compiled as a replay would.
+    _assert_bit_identical(ModelBundle(bundle.xml, bundle.assets).compile(), reference)
+
+
+@pytest.mark.filterwarnings("ignore:.*Attach conflict")
+def test_from_spec_keeps_keyframes_of_an_edited_tree(humanoid_xml):
+    parent = mujoco.MjSpec.from_string(hinge_chain_xml(2))
+    parent.add_key(name="bent", qpos=[1 / 3, 2 / 7])
+    child = mujoco.MjSpec.from_file(str(humanoid_xml))
+    frame = parent.worldbody.add_frame(pos=[1.123456789, 0.2, 1 / 3])
+    parent.attach(child, frame=frame, prefix="h/")  # keyframes await a compile to be assembled
+    bundle = ModelBundle.from_spec(parent)
+    reference = parent.compile()
+    assert reference.nkey > 1
+    _assert_bit_identical(ModelBundle(bundle.xml, bundle.assets).compile(), reference)
+
+
+def test_bundle_compiles_once_for_create_and_recorder(humanoid_xml, tmp_path, monkeypatch):
+    import mjarchive
+    from mjarchive.archive import bundle as bundle_module
+
+    calls = []
+    real = bundle_module._compile_bytes
+    monkeypatch.setattr(bundle_module, "_compile_bytes", lambda *a: calls.append(1) or real(*a))
+    with mjarchive.Recorder(tmp_path / "r.zarr", str(humanoid_xml), n_worlds=2):
+        pass
+    assert len(calls) == 1
+    bundle = ModelBundle.from_file(humanoid_xml)
+    mjarchive.create(tmp_path / "c.zarr", bundle, n_worlds=2).close()
+    first, second = bundle.compile(), bundle.compile()
+    assert len(calls) == 2
+    # Each call hands out a model of its own: editing one leaves the bundle's untouched.
+    first.geom_rgba[:] = 0.5
+    assert first is not second and not np.array_equal(second.geom_rgba, first.geom_rgba)
+    np.testing.assert_array_equal(second.geom_rgba, bundle.compile().geom_rgba)
+
+
+def test_to_zarr_writes_what_zarr_writes(mug_xml, tmp_path):
+    from mjarchive.archive.bundle import _write_member
+
+    bundle = ModelBundle.from_file(mug_xml)
+    bundle.to_zarr(zarr.open_group(tmp_path / "batched.zarr", mode="w"))
+    plain = zarr.open_group(tmp_path / "plain.zarr", mode="w").create_group("model")
+    for i, data in enumerate(bundle.assets.values()):
+        _write_member(plain, f"asset_{i:05d}", data)
+    for i in range(len(bundle.assets)):
+        for file in ("zarr.json", "c/0"):
+            got = tmp_path / "batched.zarr" / "model" / f"asset_{i:05d}" / file
+            assert got.read_bytes() == (tmp_path / "plain.zarr" / "model" / f"asset_{i:05d}" / file).read_bytes()

@@ -144,7 +144,8 @@ def test_storage_options_on_a_local_path_are_refused(tmp_path, humanoid_xml):
 
 
 def test_s3_commit_record_is_written_after_the_chunks(s3_server, s3_url, humanoid_xml):
-    """On the wire: within one flush, every chunk PUT completes before the root zarr.json PUT."""
+    """On the wire: within one flush, every chunk PUT completes before the PUT of the commit
+    document (`_commit/zarr.json`, format 1.1); the root zarr.json is not rewritten while live."""
     so = s3_server.storage_options()
     prefix = "/" + s3_url.removeprefix("s3://")
     with mjarchive.create(s3_url, humanoid_xml, n_worlds=3, chunk_frames=4, storage_options=so) as w:
@@ -155,8 +156,9 @@ def test_s3_commit_record_is_written_after_the_chunks(s3_server, s3_url, humanoi
             puts = [r["path"] for r in s3_server.requests(mark) if r["method"] == "PUT"]
             # Split the PUTs at each commit record: every commit follows PUTs of the chunks it
             # covers, and no chunk is written after the last commit of the flush.
-            commits = [i for i, p in enumerate(puts) if p == prefix + "/zarr.json"]
+            commits = [i for i, p in enumerate(puts) if p == prefix + "/_commit/zarr.json"]
             assert len(commits) == 2, puts  # one full chunk, then the rest at flush()
+            assert prefix + "/zarr.json" not in puts, puts
             segments = [puts[a + 1:b] for a, b in zip([-1, *commits], [*commits, len(puts)])]
             assert all(any("/qpos/c/" in p for p in seg) for seg in segments[:-1]), puts
             assert not any("/c/" in p for p in segments[-1]), puts

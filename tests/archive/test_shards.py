@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 from pathlib import Path
 
@@ -187,6 +188,7 @@ def test_archive_through_fast_path_matches_zarr_writes(tmp_path, monkeypatch):
 
 
 def _write_in_child(path: str, start: int, value: float) -> None:
+    faulthandler.dump_traceback_later(20)  # a hang prints where the child waits (the failure alone does not say)
     array = zarr.open_array(zarr.storage.LocalStore(path), path="fast", mode="r+").with_config(
         {"write_empty_chunks": True})
     data = np.full((2, *array.shape[1:]), value, np.float32)

@@ -123,7 +123,19 @@ def check_conforms(root: Path) -> dict:
     jsonschema.Draft202012Validator(SCHEMA).validate(attrs)
     bundle_attrs = _zarr_json(root, "model")["attributes"]["mjarchive_bundle"]
     jsonschema.Draft202012Validator(BUNDLE_SCHEMA).validate(bundle_attrs)
-    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.0"
+    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.1"
+    commit = root / "_commit" / "zarr.json"
+    if attrs["status"] == "finalized":
+        if commit.exists():  # kept by finalizing, with the final counts (the reader rule ignores it)
+            record = json.loads(commit.read_bytes())["attributes"]["mjarchive_commit"]
+            assert record["n_frames"] == attrs["n_frames"]
+    elif commit.exists():  # the reader rule: a live root's counts are overridden by the commit document
+        doc = json.loads(commit.read_bytes())
+        assert len(commit.read_bytes()) <= 64 * 1024 and doc["zarr_format"] == 3 and doc["node_type"] == "group"
+        record = doc["attributes"]["mjarchive_commit"]
+        assert set(record) == {"n_frames", "n_events"} and set(record["n_events"]) == set(attrs.get("variants", {}))
+        assert record["n_frames"] >= attrs["n_frames"]
+        attrs = {**attrs, "n_frames": record["n_frames"]}
     assert len(set(attrs["world_ids"])) == len(attrs["world_ids"])
     assert attrs["cameras"] == attrs["model"]["layout"]["cameras"]
     assert "consolidated_metadata" not in group or group["consolidated_metadata"] is None
@@ -381,7 +393,7 @@ def test_example_reads_back_exactly():
     expected = make_example.expected()
     with mjarchive.open(SPEC / "example") as archive:
         assert archive.world_ids == (3, 11) and archive.n_frames == 5 and archive.status == "finalized"
-        assert archive.format_version == "1.0" and archive.nq == 2 and archive.nmocap == 1
+        assert archive.format_version == "1.1" and archive.nq == 2 and archive.nmocap == 1
         assert archive.output_fps == 32.0 and archive.playback_speed == 1.0 and archive.timestep == 2.0**-7
         assert set(archive.tracks) == {"reward"}
         sel = archive.select()
@@ -429,6 +441,7 @@ def test_example_opens_in_xarray_with_named_dimensions():
 def _tampered_example(tmp_path: Path, **changes) -> Path:
     root = tmp_path / "example"
     shutil.copytree(SPEC / "example", root)
+    shutil.rmtree(root / "_commit", ignore_errors=True)  # the root attributes alone are the commit record
     doc = json.loads((root / "zarr.json").read_text())
     doc["attributes"]["mjarchive"].update(changes)
     (root / "zarr.json").write_text(json.dumps(doc))

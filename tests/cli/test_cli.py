@@ -16,7 +16,7 @@ import zarr
 
 import mjarchive
 from mjarchive.testing import decode_video
-from mjarchive.cli.info import INFO_KEYS
+from mjarchive.cli.info import INFO_KEYS, archive_info, format_info
 from mjarchive.cli.main import main, parse_range, parse_size
 from mjarchive.cli.preview import sheet_geometry
 
@@ -111,7 +111,7 @@ def test_info_json(archive):
     with mjarchive.open(archive) as a:
         time, bundle = a.time, a.bundle
     model = mujoco.MjModel.from_xml_path(str(bundle.export(archive.parent / "info_model")))
-    assert info["format_version"] == "1.0"  # the lowest version holding it: it uses no 1.1 feature
+    assert info["format_version"] == "1.1"  # every new archive: live commits use the 1.1 commit document
     assert (info["required_features"], info["variants"], info["overlays"]) == ([], {}, {})
     assert info["status"] == "finalized"
     assert (info["n_frames"], info["n_worlds"], info["world_ids"]) == (N_FRAMES, 3, list(WORLDS))
@@ -148,6 +148,21 @@ def test_info_live_archive(tmp_path, humanoid_xml):
     finally:
         writer.close()
     assert json.loads(run_cli("info", path, "--json", check=True).stdout)["status"] == "finalized"
+
+
+@pytest.mark.parametrize("dtype, precision, says, never", [
+    ("float32", None, "float64 input (MuJoCo's MjData) rounded to float32", "lossless"),
+    ("float64", None, "stored as float64, lossless", "rounded"),
+    ("float32", 1e-3, "quantized to ±0.0009765", "lossless"),
+])
+def test_info_says_what_was_stored(tmp_path, humanoid_xml, dtype, precision, says, never):
+    path = tmp_path / "p.mjarchive"
+    with mjarchive.create(path, humanoid_xml, n_worlds=1, dtype=dtype, precision=precision) as writer:
+        writer.append(0.0, mujoco.MjData(mujoco.MjModel.from_xml_path(str(humanoid_xml))).qpos[None])
+    with mjarchive.open(path) as archive:
+        info = format_info(archive_info(archive))
+    qpos_row = next(line for line in info.splitlines() if line.startswith("qpos"))
+    assert says in qpos_row and never not in qpos_row
 
 
 # -- verify ---------------------------------------------------------------------------------------------

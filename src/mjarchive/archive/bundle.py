@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
 import math
 import os
 import re
+import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
@@ -145,14 +147,28 @@ class _Collector:
         self.modeldir = base_dir if base_dir is not None else (spec.modelfiledir or "")
         self.assets: dict[str, bytes] = {}
         self.by_source: dict[str, str] = {}
+        self.by_ref: dict[tuple[str, str], str] = {}  # the spec and the source text name each file
+        self.real_dirs: dict[str, str] = {}  # realpath per directory: one lstat per component each
 
     def take(self, file: str, directory: str) -> str:
+        name = self.by_ref.get((file, directory))
+        if name is None:
+            name = self.by_ref[(file, directory)] = self._take(file, directory)
+        return name
+
+    def _real(self, path: str) -> str:
+        head, tail = os.path.split(path)
+        if head not in self.real_dirs:
+            self.real_dirs[head] = os.path.realpath(head)
+        return os.path.join(self.real_dirs[head], tail)
+
+    def _take(self, file: str, directory: str) -> str:
         for key in (os.path.join(directory, file) if directory else file, file):
             if key in self.memory:
                 source, data = f"memory:{key}", bytes(self.memory[key])
                 break
         else:
-            source = os.path.realpath(_resolve(file, directory, self.modeldir))
+            source = self._real(_resolve(file, directory, self.modeldir))
             if source in self.by_source:
                 return self.by_source[source]
             try:
@@ -203,7 +219,10 @@ class ModelBundle:
 
     @classmethod
     def from_spec(cls, spec: mujoco.MjSpec) -> ModelBundle:
-        """Bundle an MjSpec; files are read relative to its model directory, `spec.assets` first."""
+        """Bundle an MjSpec; files are read relative to its model directory, `spec.assets` first.
+
+        The XML is MuJoCo's writing of the spec as written, every number exact, so the bundle
+        compiles to the same model as `spec.compile()`, bit for bit."""
         return cls._from_parsed_spec(spec.copy(), None)
 
     @classmethod
@@ -230,47 +249,55 @@ class ModelBundle:
                 texture.cubefiles = [collector.take(f, texdir) if f else "" for f in faces]
         spec.meshdir = ""
         spec.texturedir = ""
-        spec.assets = dict(collector.assets)
+        assets = collector.assets
+        # Each path below compiles the bundle once, from its own bytes, and the bundle keeps that
+        # model: `compile()` hands out copies, so recording a model compiles it once in all.
+        if source is not None:
+            # The author's own XML text, flattened, when it compiles from the bundle's bytes alone.
+            try:
+                text = _flatten_source(source, collector, meshdir, texdir)
+                return cls._compiled(text, assets, _compile_bytes(text, assets))
+            except Exception:  # saved from the spec instead
+                pass
+        spec.assets = dict(assets)
+        xml = _save_as_written(spec)
+        if xml is not None:
+            try:
+                return cls._compiled(xml, assets, _compile_bytes(xml, assets))
+            except UnsafeBundleError:
+                raise
+            except BundleError:  # MuJoCo wrote what it cannot read back: its compiled values instead
+                pass
+        # What MJCF cannot say as written (e.g. attached models with other inertia settings):
+        # MuJoCo's compiled values, 6 significant digits, so not bit-exact.
+        spec.compiler.savecompiled = spec.compiler.savecanonical = True
         try:
             xml = spec.to_xml()
         except Exception as exc:
             raise BundleError(f"MuJoCo could not compile the model while bundling it: {exc}") from None
-        if source is not None:
-            # MjSpec.to_xml() prints 6 significant digits and converts degrees, so a model bundled
-            # that way differs from the original (joint ranges, fromto geoms). Prefer the author's
-            # own XML text, flattened, when it compiles from the bundle's bytes alone.
-            try:
-                text = _flatten_source(source, collector, meshdir, texdir)
-                check_bundle_xml(text, collector.assets)
-                mujoco.MjModel.from_xml_string(text, dict(collector.assets))
-                xml = text
-            except Exception:  # fall back to MuJoCo's own (lower-precision) XML writer
-                pass
-        return cls(xml, collector.assets)
+        return cls._compiled(xml, assets, _compile_bytes(xml, assets))
+
+    @classmethod
+    def _compiled(cls, xml: str, assets: Mapping[str, bytes], model: mujoco.MjModel) -> ModelBundle:
+        bundle = cls(xml, assets)
+        object.__setattr__(bundle, "_model", model)
+        return bundle
 
     # -- use ------------------------------------------------------------------------------------
     def spec(self) -> mujoco.MjSpec:
         """A fresh MjSpec parsed only from the bundle's bytes (its file references checked twice:
         in the XML text before parsing and in the parsed spec)."""
-        check_bundle_xml(self.xml, self.assets)
-        try:
-            spec = mujoco.MjSpec.from_string(self.xml, assets=dict(self.assets))
-        except Exception as exc:
-            raise BundleError(f"the bundled model does not parse: {exc}") from None
-        try:
-            check_spec_files(spec, self.assets)
-        except Refused as exc:
-            raise UnsafeBundleError(str(exc)) from None
-        return spec
+        return _parse_bytes(self.xml, self.assets)
 
     def compile(self) -> mujoco.MjModel:
-        """An MjModel compiled in this process only from the bundle's bytes. For a bundle read
-        from someone else's archive use `Archive.model()`, which compiles in a limited child."""
-        spec = self.spec()
-        try:
-            return spec.compile()
-        except Exception as exc:
-            raise BundleError(f"the bundled model does not compile: {exc}") from None
+        """An MjModel compiled in this process only from the bundle's bytes: compiled once per
+        bundle, each call returns a fresh copy. For a bundle read from someone else's archive use
+        `Archive.model()`, which compiles in a limited child."""
+        model = self.__dict__.get("_model")
+        if model is None:
+            model = _compile_bytes(self.xml, self.assets)
+            object.__setattr__(self, "_model", model)
+        return copy.copy(model)  # mj_copyModel: a memory copy, a small fraction of a compile
 
     @functools.cached_property  # assets are fixed in __post_init__; hashing them is not free
     def sha256(self) -> str:
@@ -317,20 +344,12 @@ class ModelBundle:
     # -- Zarr (layout in spec/) -------------------------------------------------------------------
     def to_zarr(self, parent: Any, name: str = BUNDLE_GROUP) -> None:
         """Write the bundle as a Zarr v3 group `name` under the group `parent`."""
-        import zarr.codecs
-
         group = parent.create_group(name)
-        entries = []
         blobs = [("xml", self.xml.encode())] + [(f"asset_{i:05d}", d) for i, d in enumerate(self.assets.values())]
-        for key, data in blobs:
-            arr = group.create_array(
-                key, shape=(len(data),), chunks=(max(1, min(len(data), 8 * 2**20)),), dtype="uint8",
-                compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
-            )
-            if data:
-                arr[:] = np.frombuffer(data, dtype=np.uint8)
-        for (key, data), asset_name in zip(blobs[1:], self.assets):
-            entries.append({"name": asset_name, "key": key, "size": len(data), "sha256": _sha256(data)})
+        template = _write_member(group, *blobs[0])
+        _write_members(group, template, blobs[1:])
+        entries = [{"name": asset_name, "key": key, "size": len(data), "sha256": _sha256(data)}
+                   for (key, data), asset_name in zip(blobs[1:], self.assets)]
         group.attrs.update(
             {
                 _BUNDLE_ATTR: {
@@ -378,6 +397,59 @@ class ModelBundle:
         return bundle
 
 
+_MEMBER_CHUNK = 8 * 2**20
+
+
+def _write_member(group: Any, key: str, data: bytes) -> Any:
+    """One bundle member as a 1-D uint8 array (zstd, chunks of up to 8 MiB), through zarr."""
+    import zarr.codecs
+
+    arr = group.create_array(key, shape=(len(data),), chunks=(max(1, min(len(data), _MEMBER_CHUNK)),),
+                             dtype="uint8", compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
+    if data:
+        arr[:] = np.frombuffer(data, dtype=np.uint8)
+    return arr
+
+
+def _write_members(group: Any, template: Any, blobs: list[tuple[str, bytes]]) -> None:
+    """Write members as `_write_member` would, the single-chunk ones all at once, byte for byte.
+
+    Through zarr, each array costs ~3 ms of CPU in metadata handling and event-loop round trips:
+    aloha_pot's 134 meshes took 0.4 s, more than compiling the model. The same documents (the
+    template's metadata with this shape, one zstd chunk) go to the store in one batch.
+    """
+    import asyncio
+    import dataclasses as dc
+
+    import numcodecs
+    import zarr.codecs
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_grids import RegularChunkGrid
+    from zarr.core.sync import sync
+
+    meta = template.metadata
+    expected = (zarr.codecs.BytesCodec(endian=None), zarr.codecs.ZstdCodec(level=3, checksum=False))
+    batch = [(k, d) for k, d in blobs if 0 < len(d) <= _MEMBER_CHUNK] if tuple(meta.codecs) == expected else []
+    for key, data in blobs:
+        if not 0 < len(data) <= _MEMBER_CHUNK or not batch:
+            _write_member(group, key, data)
+    if not batch:
+        return
+    prototype, zstd = default_buffer_prototype(), numcodecs.Zstd(level=3)
+    chunk_key = meta.chunk_key_encoding.encode_chunk_key((0,))
+    prefix = f"{group.path}/" if group.path else ""
+    items = []
+    for key, data in batch:
+        doc = dc.replace(meta, shape=(len(data),), chunk_grid=RegularChunkGrid(chunk_shape=(len(data),)))
+        items += [(f"{prefix}{key}/{name}", buf) for name, buf in doc.to_buffer_dict(prototype).items()]
+        items.append((f"{prefix}{key}/{chunk_key}", prototype.buffer.from_bytes(zstd.encode(data))))
+
+    async def write_all() -> None:
+        await asyncio.gather(*(group.store.set(k, v) for k, v in items))
+
+    sync(write_all())
+
+
 def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
     if not isinstance(entry, dict):
         raise FormatError(f"model bundle entry for {key!r} is malformed")
@@ -402,6 +474,61 @@ def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
     if _sha256(data) != entry.get("sha256"):
         raise UnsafeBundleError(f"model bundle member {key!r} fails its sha256 check; the archive was modified")
     return data
+
+
+def _parse_bytes(xml: str, assets: Mapping[str, bytes]) -> mujoco.MjSpec:
+    check_bundle_xml(xml, assets)
+    try:
+        spec = mujoco.MjSpec.from_string(xml, assets=dict(assets))
+    except Exception as exc:
+        raise BundleError(f"the bundled model does not parse: {exc}") from None
+    try:
+        check_spec_files(spec, assets)
+    except Refused as exc:
+        raise UnsafeBundleError(str(exc)) from None
+    return spec
+
+
+def _compile_bytes(xml: str, assets: Mapping[str, bytes]) -> mujoco.MjModel:
+    """Check, parse and compile bundle bytes: what `ModelBundle.compile()` does once per bundle."""
+    spec = _parse_bytes(xml, assets)
+    try:
+        return spec.compile()
+    except Exception as exc:
+        raise BundleError(f"the bundled model does not compile: {exc}") from None
+
+
+def _save_as_written(spec: mujoco.MjSpec) -> str | None:
+    """The spec as MJCF with every number exact, in the notation it was written in, or None.
+
+    MjSpec.to_xml() compiles the spec and prints the compiled values with 6 significant digits.
+    With <compiler savecompiled="false" savecanonical="false"> (neither is saved) MuJoCo writes
+    the spec itself, numbers exactly and angles, orientations and fromto as written, so the text
+    compiles to the same model; `encode` does so without compiling (`to_xml` would compile).
+    """
+    spec.compiler.savecompiled = spec.compiler.savecanonical = False
+    # encode writes only files; a memory file system where there is one (removing a directory on
+    # disk took longer than compiling a small model).
+    fd, path = tempfile.mkstemp(suffix=".xml", prefix="mjarchive-bundle-", dir=_SCRATCH_DIR)
+    os.close(fd)
+    try:
+        for attempt in range(2):
+            try:
+                spec.encode(path)
+                return Path(path).read_text(encoding="utf-8")
+            except Exception:
+                if attempt:
+                    return None
+            try:  # keyframes of an edited tree are saved once a compilation has assembled them
+                spec.compile()
+            except Exception as exc:
+                raise BundleError(f"MuJoCo could not compile the model while bundling it: {exc}") from None
+    finally:
+        os.unlink(path)
+    return None
+
+
+_SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None
 
 
 _FILE_TAGS = {"mesh": "mesh", "hfield": "mesh", "skin": "mesh", "texture": "texture"}

@@ -16,12 +16,14 @@ MAX_JSON_BYTES / MAX_JSON_DEPTH before zarr parses it):
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
+import threading
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import google_crc32c
+import numcodecs
 import numpy as np
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
@@ -29,7 +31,9 @@ from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from .._errors import FormatError
-from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth
+from .format import (ALLOWED_CODECS, COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_CHUNK_BYTES, MAX_COMMIT_BYTES,
+                     MAX_DECODED_CHUNK_BYTES, MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth, parse_json_bytes,
+                     version_at_least)
 
 __all__ = ["CheckedStore", "check_json_bytes"]
 
@@ -82,6 +86,10 @@ class _ArrayInfo:
     index_start: bool = False
     index_crc: bool = False
     edge_masks: dict = field(default_factory=dict)
+    # read_chunk_now: (little-endian dtype, chunk shape, decompressor or None, transpose order), when
+    # the codecs are exactly [transpose,] bytes [, blosc | zstd], in shards with a crc32c index at the end
+    fast: tuple | None = None
+    index_cache: dict = field(default_factory=dict)
 
 
 def _chain(codecs: list, decoded: int) -> _Chain:
@@ -109,6 +117,28 @@ def _chain(codecs: list, decoded: int) -> _Chain:
     outer_crc = len(b2b) - i - 1
     n = decoded + 4 * inner_crc
     return _Chain(n, b2b[i], outer_crc, n + n // 16 + 4096 + 4 * outer_crc)
+
+
+_INFO_CACHE: dict[tuple[str, bytes], _ArrayInfo] = {}
+_INFO_CACHE_ENTRIES, _INFO_CACHE_DOC_BYTES = 64, 1 << 16
+_INFO_CACHE_LOCK = threading.Lock()
+
+
+def _cached_array_info(path: str, data: bytes, meta: dict) -> _ArrayInfo:
+    """`_array_info`, remembered by the document's exact bytes: reopening an archive then costs a
+    read per document, not a re-derivation. Each store gets its own copy (its shard index cache
+    belongs to one archive)."""
+    if len(data) > _INFO_CACHE_DOC_BYTES:
+        return _array_info(path, meta)
+    with _INFO_CACHE_LOCK:
+        info = _INFO_CACHE.get((path, data))
+    if info is None:
+        info = _array_info(path, meta)
+        with _INFO_CACHE_LOCK:
+            while len(_INFO_CACHE) >= _INFO_CACHE_ENTRIES:
+                _INFO_CACHE.pop(next(iter(_INFO_CACHE)))
+            _INFO_CACHE[(path, data)] = info
+    return replace(info, index_cache={})
 
 
 def _array_info(path: str, meta: dict) -> _ArrayInfo:
@@ -165,11 +195,43 @@ def _array_info(path: str, meta: dict) -> _ArrayInfo:
             if chunk_bytes > MAX_DECODED_CHUNK_BYTES:
                 raise FormatError(f"chunks of {chunk_bytes} bytes exceed {MAX_DECODED_CHUNK_BYTES}")
             info.chain = _chain(codecs, chunk_bytes)
+        info.fast = _fast_layout(meta, info)
     except FormatError as exc:
         info.error = str(exc)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         info.error = f"malformed codec metadata ({exc!r})"
     return info
+
+
+_NUMPY_DTYPES = {"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2", "int32": "<i4",
+                 "uint32": "<u4", "int64": "<i8", "uint64": "<u8", "float32": "<f4", "float64": "<f8"}
+
+
+def _fast_layout(meta: dict, info: _ArrayInfo) -> tuple | None:
+    """What read_chunk_now needs for this array, or None if its codecs are any others."""
+    codecs = meta["codecs"]
+    if info.per_shard:
+        conf = codecs[0]["configuration"]
+        if info.index_start or not info.index_crc:
+            return None
+        codecs, shape = conf.get("codecs") or [], info.inner
+    else:
+        shape = info.chunks
+    names = [c.get("name") if isinstance(c, dict) else c for c in codecs]
+    order = tuple(range(len(shape)))
+    if names[:1] == ["transpose"]:
+        order = tuple((codecs[0].get("configuration") or {}).get("order") or ())
+        if sorted(order) != list(range(len(shape))) or not all(type(i) is int for i in order):
+            return None
+        codecs, names = codecs[1:], names[1:]
+    if names not in (["bytes"], ["bytes", "blosc"], ["bytes", "zstd"]):
+        return None
+    dtype = _NUMPY_DTYPES.get(meta["data_type"])
+    endian = (codecs[0].get("configuration") or {}).get("endian", "little") if isinstance(codecs[0], dict) else "little"
+    if dtype is None or endian != "little":
+        return None
+    decoder = None if len(names) == 1 else numcodecs.Blosc() if names[1] == "blosc" else numcodecs.Zstd()
+    return np.dtype(dtype), shape, decoder, order
 
 
 def _check_chunk(info: _ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
@@ -230,6 +292,10 @@ def _zstd_content_size(data: Any, end: int) -> int | None:
     return value + 256 if width == 2 else value
 
 
+def _count(n: Any) -> int:
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
+
+
 class _State:
     """What a CheckedStore learned from the metadata that passed through it (shared by its copies)."""
 
@@ -237,39 +303,63 @@ class _State:
         self.arrays: dict[str, _ArrayInfo] = {}
         self.n_frames = 0
         self.n_events: dict[str, int] = {}
+        self.reads_commit = False
 
-    def record(self, key: str, data: Any) -> None:
-        check_json_bytes(bytes(data) if not isinstance(data, bytes) else data, f"metadata document {key!r}")
+    def record(self, key: str, data: Any) -> dict | None:
+        """Learn from metadata document `key` (checked for size and depth first); returns it parsed,
+        None if it is not a JSON object."""
+        data = bytes(data) if not isinstance(data, bytes) else data
+        if key == COMMIT_KEY and len(data) > MAX_COMMIT_BYTES:
+            raise FormatError(f"the commit document {key!r} is {len(data)} bytes, above the limit of {MAX_COMMIT_BYTES} "
+                              "(it holds a few counts); refusing to parse it")
+        check_json_bytes(data, f"metadata document {key!r}")
         try:
-            meta = json.loads(data)
+            meta = parse_json_bytes(data, f"metadata document {key!r}")
+        except FormatError:
+            raise
         except (ValueError, RecursionError):
-            return  # zarr reports unparsable metadata itself
+            return None  # zarr reports unparsable metadata itself
         if not isinstance(meta, dict):
-            return
+            return None
         path = key[: -len("zarr.json")].rstrip("/")
         if meta.get("node_type") == "array":
             try:
-                self.arrays[path] = _array_info(path, meta)
+                self.arrays[path] = _cached_array_info(path, data, meta)
             except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
                 # Known and refused, never forgotten: a chunk of an unknown array is refused too.
                 self.arrays[path] = _ArrayInfo(path, (), (), "/", False, error=f"malformed array metadata ({exc!r})")
-            return
+            return meta
         if meta.get("consolidated_metadata") is not None:
             # zarr would serve the children's metadata from this copy, never reading (or checking)
             # their own documents; mjarchive writes none, and the spec refuses it.
             raise FormatError(f"group {path or '/'!r} carries consolidated_metadata, which the mjarchive format "
                               "does not use; refusing to read metadata that bypasses the arrays' own documents")
+        attrs = meta.get("attributes")
         if path == "":
-            attrs = meta.get("attributes")
             root = attrs.get(ROOT_ATTR) if isinstance(attrs, dict) else None
-            n = root.get("n_frames") if isinstance(root, dict) else None
-            self.n_frames = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0
-            variants = root.get("variants") if isinstance(root, dict) else None
-            self.n_events = {}
+            root = root if isinstance(root, dict) else {}
+            # Counts only grow: zarr reading the root again (to open the model bundle) must not
+            # lower what the commit document raised.
+            self.n_frames = max(self.n_frames, _count(root.get("n_frames")))
+            variants = root.get("variants")
             for name, entry in (variants.items() if isinstance(variants, dict) else ()):
-                n = entry.get("n_events") if isinstance(entry, dict) else None
-                if isinstance(name, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0:
-                    self.n_events[name] = n
+                n = _count(entry.get("n_events") if isinstance(entry, dict) else None)
+                if isinstance(name, str):
+                    self.n_events[name] = max(self.n_events.get(name, 0), n)
+            # The root is read before the commit document; a finalized (or 1.0) root is the record.
+            self.reads_commit = (root.get("status") == "live"
+                                 and version_at_least(root.get("format_version"), (1, 1)))
+        elif path == COMMIT_GROUP and self.reads_commit:
+            # Counts only ever grow: the larger of root and commit document is what chunks must back
+            # (a commit document below the root is refused by the reader anyway).
+            record = attrs.get(COMMIT_ATTR) if isinstance(attrs, dict) else None
+            record = record if isinstance(record, dict) else {}
+            self.n_frames = max(self.n_frames, _count(record.get("n_frames")))
+            events = record.get("n_events")
+            for name, n in (events.items() if isinstance(events, dict) else ()):
+                if name in self.n_events:
+                    self.n_events[name] = max(self.n_events[name], _count(n))
+        return meta
 
     def locate(self, key: str) -> tuple[_ArrayInfo | None, tuple[int, ...] | None]:
         """The known array `key` lies in (the longest known path it is under) and its chunk coordinates;
@@ -472,3 +562,93 @@ class CheckedStore(WrapperStore):
         await self._store.set(key, value)
         if key == "zarr.json" or key.endswith("/zarr.json"):
             self._state.record(key, value.to_bytes())
+
+    # Whole-object reads and writes from the calling thread, checked the same way: a local store does
+    # them without a round trip through zarr's event loop thread (what dominates opening an archive).
+    def read_now(self, key: str, byte_range: Any = None) -> Any:
+        """`key`'s bytes (or a range of them) as a zarr Buffer once checked, None if absent."""
+        get_sync = getattr(self._store, "get_sync", None)
+        if get_sync is not None:
+            buf = get_sync(key, prototype=default_buffer_prototype(), byte_range=byte_range)
+        else:
+            buf = sync(self._store.get(key, default_buffer_prototype(), byte_range))
+        return self._checked(key, byte_range, buf)
+
+    def read_json_now(self, key: str) -> tuple[bytes, dict] | None:
+        """Metadata document `key`, its bytes and parsed (once), after the size and depth checks;
+        None if absent."""
+        get_sync = getattr(self._store, "get_sync", None)
+        if get_sync is not None:
+            buf = get_sync(key, prototype=default_buffer_prototype())
+        else:
+            buf = sync(self._store.get(key, default_buffer_prototype()))
+        if buf is None:
+            return None
+        raw = buf.to_bytes()
+        meta = self._state.record(key, raw)
+        if meta is None:
+            raise FormatError(f"metadata document {key!r} is not a JSON object")
+        return raw, meta
+
+    def metadata_error(self, path: str) -> str | None:
+        """Why array `path`'s metadata (as read through this store) cannot be read safely, or None."""
+        info = self._state.arrays.get(path)
+        return None if info is None else info.error
+
+    def reads_directly(self, path: str) -> bool:
+        """Whether read_chunk_now serves array `path` (a local store, codecs it decodes)."""
+        info = self._state.arrays.get(path)
+        return (info is not None and info.error is None and info.fast is not None
+                and getattr(self._store, "get_sync", None) is not None)
+
+    def read_chunk_now(self, path: str, coords: tuple[int, ...], n_inner: int | None) -> np.ndarray | None:
+        """Decode one chunk of array `path` (for a sharded array: inner chunk `n_inner` of shard
+        `coords`) without zarr, checked as `get` checks it; None where the layout is not the one
+        this fast path knows (the caller reads through zarr). Local stores only."""
+        info = self._state.arrays.get(path)
+        get_sync = getattr(self._store, "get_sync", None)
+        if info is None or info.error is not None or info.fast is None or get_sync is None:
+            return None
+        key = f"{path}/c{info.sep}{info.sep.join(map(str, coords))}"
+        prototype = default_buffer_prototype()
+        if not info.per_shard:
+            buf = self._checked(key, None, get_sync(key, prototype=prototype))
+        else:
+            index = info.index_cache.get(coords)
+            if index is None:
+                request = SuffixByteRequest(info.index_size)
+                raw = self._checked(key, request, get_sync(key, prototype=prototype, byte_range=request))
+                if raw is None:
+                    return None  # no shard: fill values (damage was refused by _checked)
+                raw = raw.to_bytes()
+                if google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+                    raise FormatError(f"shard {key!r} index fails its crc32c checksum; the archive is damaged")
+                index = np.frombuffer(raw, "<u8", count=2 * (len(raw) // 16)).reshape(-1, 2)
+                # Only a shard whose frames are all committed is never written again (a partly
+                # filled one is replaced by later flushes, with other offsets).
+                if (coords[0] + 1) * info.chunks[0] <= self._state.n_frames:
+                    if len(info.index_cache) > 256:
+                        info.index_cache.clear()
+                    info.index_cache[coords] = index
+            off, nbytes = (int(v) for v in index[n_inner])
+            if off == _MAX_U64:
+                return None
+            request = RangeByteRequest(off, off + nbytes)
+            buf = self._checked(key, request, get_sync(key, prototype=prototype, byte_range=request))
+        if buf is None:
+            return None
+        dtype, shape, decoder, order = info.fast
+        data = buf.to_bytes() if decoder is None else decoder.decode(buf.as_buffer_like())
+        stored = np.frombuffer(data, dtype).reshape([shape[i] for i in order])  # a transpose codec's order
+        return stored.transpose(np.argsort(order)) if order != tuple(range(len(order))) else stored
+
+    def write_now(self, key: str, data: bytes) -> None:
+        """Replace `key` with `data` in one atomic store write."""
+        value = default_buffer_prototype().buffer.from_bytes(data)
+        set_sync = getattr(self._store, "set_sync", None)
+        if set_sync is not None:
+            set_sync(key, value)
+            if key == "zarr.json" or key.endswith("/zarr.json"):
+                self._state.record(key, data)
+        else:
+            sync(self.set(key, value))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -11,9 +12,15 @@ import numpy as np
 from .._errors import FormatError
 
 FORMAT_NAME = "mjarchive"
-FORMAT_VERSION = "1.1"  # the newest this implements; writers write 1.0 unless they use a 1.1 feature
+FORMAT_VERSION = "1.1"  # the newest this implements, and what new archives are written as
 FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
+#: Format 1.1 commit record of a live archive: a group no track name can take (TRACK_NAME_RE), whose
+#: attribute COMMIT_ATTR holds the counts; the root attributes are written at creation and at finalize.
+COMMIT_GROUP = "_commit"
+COMMIT_ATTR = "mjarchive_commit"
+COMMIT_KEY = f"{COMMIT_GROUP}/zarr.json"
+MAX_COMMIT_BYTES = 64 * 2**10  # checked before the commit document is parsed
 #: Format 1.1 `required_features` this implementation understands (readers refuse any other).
 KNOWN_FEATURES = frozenset({"variants", "overlays"})
 BUNDLE_GROUP = "model"
@@ -164,3 +171,61 @@ def as_int(value: Any, what: str, *, lo: int = 0, hi: int = MAX_FRAMES) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise FormatError(f"{what} must be an integer in [{lo}, {hi}], found {value!r}")
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise FormatError(f"key {twice[:64]!r} appears twice in one JSON object (JSON parsers disagree which one "
+                          "counts); refusing the document")
+    return found
+
+
+def parse_json_bytes(data: bytes, what: str) -> Any:
+    """A metadata document as every reader must see it: strict UTF-8 without a byte-order mark (json
+    would also guess UTF-16/32), no key twice in an object. Raises ValueError if it is not JSON."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        raise FormatError(f"{what} starts with a byte-order mark; metadata documents are plain UTF-8")
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def version_at_least(version: Any, minimum: tuple[int, int]) -> bool:
+    """Whether `version` ("MAJOR.MINOR", untrusted) is a well-formed version at or above `minimum`."""
+    if type(version) is not str or not re.fullmatch(r"[0-9]{1,4}\.[0-9]{1,4}", version):
+        return False
+    return tuple(int(p) for p in version.split(".")) >= minimum
+
+
+def check_codec_settings(meta: dict, path: str) -> None:
+    """The codec settings a generic Zarr library reads loosely, checked on the document as stored:
+    `transpose` orders are permutations of the array's axes written as plain integers (zarr takes
+    `true` for 1), and `bytes` is little-endian, as the spec writes it."""
+    ndim = len(meta.get("shape") or ())
+    for codec in _codec_entries(meta.get("codecs")):
+        name, config = codec.get("name"), codec.get("configuration") or {}
+        if name == "transpose":
+            order = config.get("order") if isinstance(config, dict) else None
+            if (type(order) is not list or any(type(i) is not int for i in order)
+                    or sorted(order) != list(range(ndim))):
+                raise FormatError(f"array {path!r} has a transpose order {str(order)[:80]} that is not a permutation "
+                                  f"of its {ndim} axes written as integers")
+        elif name == "bytes" and isinstance(config, dict) and config.get("endian", "little") != "little":
+            raise FormatError(f"array {path!r} stores {config.get('endian')!r:.20}-endian bytes; the spec's arrays "
+                              "are little-endian")
+
+
+def _codec_entries(codecs: Any) -> list[dict]:
+    out = []
+    for codec in codecs if isinstance(codecs, list) else ():
+        if isinstance(codec, dict):
+            out.append(codec)
+            config = codec.get("configuration")
+            if codec.get("name") == "sharding_indexed" and isinstance(config, dict):
+                out += _codec_entries(config.get("codecs")) + _codec_entries(config.get("index_codecs"))
+    return out

@@ -15,6 +15,9 @@ from .overlays import Overlay, check_overlays
 from .variants import MAX_FIELD_COUNT, MAX_VARIANT_EVENTS, VARIANT_FIELDS, VariantSpec, check_field_name
 from .format import (
     ABS_ERROR_EXPONENTS,
+    COMMIT_ATTR,
+    COMMIT_KEY,
+    MAX_COMMIT_BYTES,
     FEATURE_GROUPS,
     KNOWN_FEATURES,
     RESERVED_ARRAYS,
@@ -28,6 +31,7 @@ from .format import (
     MAX_JOINTS,
     MAX_MOCAP,
     MAX_NAME_CHARS,
+    parse_json_bytes,
     MAX_NQ,
     MAX_RATE,
     MAX_TRACK_ELEMENTS,
@@ -258,12 +262,84 @@ def read_manifest(root: Any) -> tuple[Manifest, int, str]:
 
 
 def read_commit(root: Any) -> tuple[Manifest, int, str, dict[str, int]]:
-    """Parse a root group's attributes (untrusted): (manifest, committed frames, status, committed
-    variant events per field)."""
-    attrs = root.attrs.asdict()
-    if ROOT_ATTR not in attrs:
+    """Parse a root group's attributes and, where the reader rule says so, its commit document
+    (untrusted): (manifest, committed frames, status, committed variant events per field)."""
+    parsed = parse_root_attributes(root.attrs.asdict())
+    if not reads_commit_document(parsed[0], parsed[2]):
+        return parsed
+    buf = root.store_path.store.read_now(COMMIT_KEY)
+    return apply_commit_document(parsed, None if buf is None else buf.to_bytes())
+
+
+def parse_root_attributes(attrs: Any) -> tuple[Manifest, int, str, dict[str, int]]:
+    """`Manifest.parse` of the root group's attributes (untrusted)."""
+    if type(attrs) is not dict or ROOT_ATTR not in attrs:
         raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
     return Manifest.parse(attrs[ROOT_ATTR])
+
+
+def uses_commit_document(manifest: Manifest) -> bool:
+    """Format 1.1 and later commit live frames in the commit document; 1.0 in the root attributes."""
+    return tuple(int(p) for p in manifest.format_version.split(".")) >= (1, 1)
+
+
+def reads_commit_document(manifest: Manifest, status: str) -> bool:
+    """The reader rule: a finalized root (or a 1.0 archive) is the commit record; a live 1.1 root is
+    overridden by the commit document when there is one."""
+    return status == "live" and uses_commit_document(manifest)
+
+
+def apply_commit_document(parsed: tuple[Manifest, int, str, dict[str, int]],
+                          data: bytes | None) -> tuple[Manifest, int, str, dict[str, int]]:
+    """(manifest, n_frames, status, n_events) of a live 1.1 root, with the counts of the commit
+    document `data` (the bytes of `_commit/zarr.json`, None if absent) once checked against it."""
+    manifest, root_frames, status, root_events = parsed
+    if data is None:
+        return parsed
+    if len(data) > MAX_COMMIT_BYTES:
+        _commit_fail("(document)", f"is {len(data)} bytes, above the limit of {MAX_COMMIT_BYTES}")
+    try:
+        doc = parse_json_bytes(data, f"the commit document {COMMIT_KEY!r}")
+    except FormatError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        _commit_fail("(document)", f"is not JSON ({exc.__class__.__name__})")
+    if type(doc) is not dict or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+        _commit_fail("(document)", "must be a Zarr v3 group document")
+    attrs = doc.get("attributes")
+    if type(attrs) is not dict or COMMIT_ATTR not in attrs:
+        _commit_fail("attributes", f"must hold the key {COMMIT_ATTR!r}")
+    record = attrs[COMMIT_ATTR]
+    if type(record) is not dict or set(record) != {"n_frames", "n_events"}:
+        _commit_fail(COMMIT_ATTR, "must be an object of exactly 'n_frames' and 'n_events'")
+    n_frames = record["n_frames"]
+    if type(n_frames) is not int or not root_frames <= n_frames <= MAX_FRAMES:
+        _commit_fail(f"{COMMIT_ATTR}.n_frames", f"must be an integer in [{root_frames} (the root's n_frames), "
+                                                f"{MAX_FRAMES}], found {n_frames!r:.80}")
+    events = record["n_events"]
+    if type(events) is not dict or set(events) != set(manifest.variants):
+        _commit_fail(f"{COMMIT_ATTR}.n_events", f"must be an object whose keys are exactly the variant fields "
+                                                f"{sorted(manifest.variants)}")
+    for name, n in events.items():
+        lo = root_events.get(name, 0)
+        if type(n) is not int or not lo <= n <= MAX_VARIANT_EVENTS:
+            _commit_fail(f"{COMMIT_ATTR}.n_events.{name}", f"must be an integer in [{lo} (the root's n_events), "
+                                                           f"{MAX_VARIANT_EVENTS}], found {n!r:.80}")
+        if n and not n_frames:
+            _commit_fail(f"{COMMIT_ATTR}.n_events.{name}", "must be 0 while no frame is committed")
+    return manifest, n_frames, status, dict(events)
+
+
+def commit_document(n_frames: int, n_events: dict[str, int]) -> bytes:
+    """The bytes of `_commit/zarr.json` for these counts (compact: tens of bytes per variant field)."""
+    record = {"n_frames": n_frames, "n_events": dict(n_events)}
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {COMMIT_ATTR: record}},
+                      separators=(",", ":")).encode()
+
+
+def _commit_fail(where: str, problem: str) -> NoReturn:
+    raise FormatError(f"invalid commit document {COMMIT_KEY!r} at {where}: {problem}; the archive's commit record "
+                      "is corrupt (see spec/README.md, Commit protocol)")
 
 
 # -- validation of untrusted root attributes (spec/README.md, "Root attributes") ---------------------

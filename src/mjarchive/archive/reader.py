@@ -3,32 +3,40 @@
 from __future__ import annotations
 
 import collections
+import collections.abc
 import functools
 import re
+import threading
 from typing import Any
 
 import mujoco
 import numpy as np
 import zarr
+from zarr.core.array import AsyncArray
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.storage import StorePath
 
 from .bundle import ModelBundle
 from .sandbox import compile_untrusted
 from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from .format import (
     BUNDLE_GROUP,
+    COMMIT_KEY,
     MAX_READ_CHUNKS,
     check_array,
+    check_codec_settings,
 )
-from .manifest import read_commit
+from .manifest import apply_commit_document, parse_root_attributes, reads_commit_document
 from .overlays import Overlay, OverlayFrames
 from .variants import apply_variant, check_model_shapes, check_values, default_values
-from .store import open_root
+from .store import open_root_document
 from .verify import VerifyReport, verify_archive
 from .writer import open_writer
 
 __all__ = ["Archive", "Selection", "VerifyReport", "open"]
 
 _EVENT_CACHE_BYTES = 64 * 2**20  # decoded variant value chunks an Archive keeps
+_DIRECT_CHUNKS = 256  # (chunk, world) pieces up to which a read skips zarr
 
 class Archive:
     """A read-only view of an archive. Open with `mjarchive.open(path_or_url)`.
@@ -43,45 +51,66 @@ class Archive:
         self._load()
 
     def _load(self) -> None:
-        root = open_root(self.location, mode="r", storage_options=self._storage_options)
-        manifest, n_frames, status, n_events = read_commit(root)
-        W = len(manifest.world_ids)
-        arrays: dict[str, Any] = {}
-        for name, (tail, dtype) in manifest.per_frame_arrays().items():
-            arr = _get_array(root, name)
-            check_array(arr, name, dtypes={dtype}, ndim=2 + len(tail))
-            if tuple(arr.shape[1:]) != (W, *tail):
-                raise FormatError(f"array {name!r} has shape {arr.shape}; expected (frames, {W}, {', '.join(map(str, tail))})")
-            manifest.check_chunking(name, arr)
-            arrays[name] = arr
-        time = _get_array(root, "time")
-        check_array(time, "time", dtypes={"float64"}, ndim=1)
-        manifest.check_chunking("time", time)
-        arrays["time"] = time
-        wid = _get_array(root, "world_id")
-        check_array(wid, "world_id", dtypes={"int64"}, ndim=1)
-        if wid.shape != (W,):
-            raise FormatError(f"world_id has shape {wid.shape}, but the manifest lists {W} worlds")
-        manifest.check_chunking("world_id", wid)
-        for name, arr in arrays.items():
-            if arr.shape[0] < n_frames:
-                raise FormatError(
-                    f"committed frame count n_frames={n_frames} exceeds array {name!r} length {arr.shape[0]}; "
-                    "the archive's commit record is corrupt"
-                )
+        # One read and one parse of the root document (and, while live, of the commit document),
+        # then of each array's document, checked against them (checks remembered by content).
+        store, raw, doc = open_root_document(self.location, storage_options=self._storage_options)
+        parsed = _parse_root(raw, doc)
+        self._commit_source = "root attributes"
+        if reads_commit_document(parsed[0], parsed[2]):
+            buf = store.read_now(COMMIT_KEY)
+            parsed = apply_commit_document(parsed, None if buf is None else buf.to_bytes())
+            self._commit_source = "root attributes (no commit document)" if buf is None else "commit document"
+        manifest, n_frames, status, n_events = parsed
+        self._store, self._root_attrs = store, doc["attributes"]
+        self.__dict__.pop("_root", None)
+        self.manifest, self._status, self._n_frames, self._n_events = manifest, status, n_frames, n_events
+        self._root_raw = raw
+        self._arrays = _Arrays(self, [*manifest.per_frame_arrays(), "time"])
+        for name in (*self._arrays, "world_id"):  # a damaged array's metadata is refused at open
+            self._arrays[name]
         events = {}
         for field in manifest.variants:
-            found = {key: _get_array(root, key) for key in manifest.event_arrays(field)}
+            found = {key: _open_array(store, key) for key in manifest.event_arrays(field)}
+            for key in found:
+                if store.metadata_error(key) is not None:
+                    raise FormatError(f"array {key!r} cannot be read safely: {store.metadata_error(key)}")
             manifest.check_event_arrays(field, found, n_events[field])
             events.update(found)
-        self._root, self.manifest, self._arrays, self._status = root, manifest, arrays, status
-        self._n_frames = n_frames
-        self._n_events, self._event_arrays = n_events, events
+        self._event_arrays = events
         self._event_index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._by_world: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # field -> (events by world, world bounds)
         self._event_chunks: collections.OrderedDict = collections.OrderedDict()
         self._world_index = {w: i for i, w in enumerate(manifest.world_ids)}
-        self._wid_array = wid
+
+    @functools.cached_property
+    def _root(self) -> zarr.Group:
+        """The root group, for what is read through zarr (the model bundle)."""
+        return zarr.open_group(store=self._store, mode="r", use_consolidated=False, zarr_format=3)
+
+    @property
+    def _wid_array(self) -> Any:
+        return self._arrays["world_id"]
+
+    def _check_array(self, name: str, arr: Any) -> None:
+        """The spec's checks of one array's metadata against the manifest, before any chunk is read."""
+        manifest, W = self.manifest, len(self.manifest.world_ids)
+        if name == "world_id":
+            check_array(arr, name, dtypes={"int64"}, ndim=1)
+            if arr.shape != (W,):
+                raise FormatError(f"world_id has shape {arr.shape}, but the manifest lists {W} worlds")
+        elif name == "time":
+            check_array(arr, name, dtypes={"float64"}, ndim=1)
+        else:
+            tail, dtype = manifest.per_frame_arrays()[name]
+            check_array(arr, name, dtypes={dtype}, ndim=2 + len(tail))
+            if tuple(arr.shape[1:]) != (W, *tail):
+                raise FormatError(f"array {name!r} has shape {arr.shape}; expected (frames, {W}, {', '.join(map(str, tail))})")
+        manifest.check_chunking(name, arr)
+        if name != "world_id" and arr.shape[0] < self._n_frames:
+            raise FormatError(
+                f"committed frame count n_frames={self._n_frames} exceeds array {name!r} length {arr.shape[0]}; "
+                "the archive's commit record is corrupt"
+            )
 
     # -- metadata ------------------------------------------------------------------------------------
     @property
@@ -301,8 +330,14 @@ class Archive:
         """Re-read the commit record to see frames committed since opening; returns new n_frames."""
         self._check_open()
         sha = self.manifest.model_sha256
+        before = dict(self.__dict__)
         self.__dict__.pop("bundle", None)
-        self._load()
+        try:
+            self._load()
+        except BaseException:  # all or nothing: a refused record leaves the last accepted one in force
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
         if self.manifest.model_sha256 != sha:  # the same verified content keeps its compiled model
             self.__dict__.pop("_base_model", None)
         return self._n_frames
@@ -370,6 +405,9 @@ class Archive:
             if worlds.size and np.array_equal(worlds, np.arange(worlds[0], worlds[0] + worlds.size)):
                 w_sel = slice(int(worlds[0]), int(worlds[0]) + worlds.size)
         try:
+            direct = self._read_direct(name, arr, frames, worlds)
+            if direct is not None:
+                return direct
             if isinstance(frames, slice):
                 frames = range(frames.start, frames.stop, frames.step or 1)
             block = MAX_READ_CHUNKS * self.manifest.chunk_frames
@@ -394,6 +432,45 @@ class Archive:
             raise
         except Exception as exc:
             raise FormatError(f"reading {name!r} failed; the archive may be corrupt: {exc!r}") from exc
+
+    def _read_direct(self, name: str, arr: Any, frames: slice | np.ndarray, worlds: np.ndarray | None) -> np.ndarray | None:
+        """A small read of a local archive decoded chunk by chunk without zarr (whose sharding codec
+        costs milliseconds per call), each object checked by the CheckedStore as zarr's reads are;
+        None where that path does not apply (the caller reads through zarr)."""
+        C = arr.chunks[0]
+        positions = (None,) if arr.ndim == 1 else range(arr.shape[1]) if worlds is None else worlds.tolist()
+        contiguous = isinstance(frames, slice) and (frames.step or 1) == 1
+        if isinstance(frames, slice):
+            if not frames.start < frames.stop or (frames.stop - frames.start) > _DIRECT_CHUNKS * C:
+                return None  # bounded before anything of the selection's length is allocated
+            frames = np.arange(frames.start, frames.stop, frames.step or 1)
+        idx = frames
+        # (not np.unique: its first call imports numpy.ma, ~20 ms of a first open)
+        blocks = sorted(set((idx // C).tolist())) if idx.size <= _DIRECT_CHUNKS * C else ()
+        if not len(blocks) or len(blocks) * len(positions) > _DIRECT_CHUNKS or not self._store.reads_directly(name):
+            return None
+        sharded = arr.ndim > 1
+        S = arr.shards[1] if sharded else 1
+        tail = tuple(arr.shape[2:]) if sharded else ()
+        out = np.empty((len(idx), *(() if not sharded else (len(positions),)), *tail), arr.dtype)
+        zeros = (0,) * len(tail)
+        for t in blocks:
+            if contiguous:  # slices: a strided gather by index arrays costs far more
+                lo, hi = max(int(idx[0]), t * C), min(int(idx[-1]) + 1, (t + 1) * C)
+                rows, within = slice(lo - int(idx[0]), hi - int(idx[0])), slice(lo - t * C, hi - t * C)
+            else:
+                rows = np.nonzero(idx // C == t)[0]
+                within = idx[rows] - t * C
+            for j, w in enumerate(positions):
+                coords, inner = ((t, w // S, *zeros), w % S) if sharded else ((t,), None)
+                chunk = self._store.read_chunk_now(name, coords, inner)
+                if chunk is None:  # absent and not committed (committed ones are refused): fill values
+                    chunk = np.full(arr.chunks, arr.fill_value, arr.dtype)
+                if sharded:
+                    out[rows, j] = chunk[within, 0]
+                else:
+                    out[rows] = chunk[within]
+        return out
 
     # -- episodes and verification ------------------------------------------------------------------
     def episodes(self, world_id: int) -> list[range]:
@@ -490,16 +567,104 @@ def _read_frames(arr: Any, frames: range | np.ndarray, w_sel: Any) -> np.ndarray
     return np.asarray(arr.oindex[f_sel, w_sel])
 
 
-def _get_array(root: zarr.Group, name: str) -> Any:
+# Parsed and validated metadata by the exact bytes it came from: reopening an archive (or another
+# with the same manifest) skips re-validating what cannot have changed. Results are immutable.
+_ROOT_CACHE: collections.OrderedDict = collections.OrderedDict()
+_ARRAY_CACHE: collections.OrderedDict = collections.OrderedDict()
+_CACHE_ENTRIES, _CACHE_DOC_BYTES = 32, 1 << 20
+
+
+_CACHE_LOCK = threading.Lock()  # archives may be opened from several threads (renders, viewers)
+
+
+def _cached(cache: collections.OrderedDict, raw: bytes, make: Any) -> Any:
+    if len(raw) > _CACHE_DOC_BYTES:
+        return make()
+    with _CACHE_LOCK:
+        value = cache.get(raw)
+        if value is not None:
+            cache.move_to_end(raw)
+            return value
+    value = make()  # raises (nothing cached) on invalid metadata
+    with _CACHE_LOCK:
+        cache[raw] = value
+        while len(cache) > _CACHE_ENTRIES:
+            cache.popitem(last=False)
+    return value
+
+
+def _parse_root(raw: bytes, doc: dict) -> tuple:
+    manifest, n_frames, status, n_events = _cached(_ROOT_CACHE, raw, lambda: parse_root_attributes(doc.get("attributes")))
+    return manifest, n_frames, status, dict(n_events)
+
+
+class _Arrays(collections.abc.Mapping):
+    """The archive's arrays by name, each opened from its own metadata document and checked against
+    the manifest when first used (opening an archive then costs one document read, not one per array)."""
+
+    def __init__(self, archive: Archive, names: list[str]):
+        self._archive, self._names, self._open = archive, names, {}
+
+    def __getitem__(self, name: str) -> Any:
+        arr = self._open.get(name)
+        if arr is None:
+            if name not in self._names and name != "world_id":
+                raise KeyError(name)
+            archive = self._archive
+            arr, raw = _open_array(archive._store, name, with_bytes=True)
+            problem = archive._store.metadata_error(name)
+            if problem is not None:  # what the CheckedStore would refuse at the first chunk, refused now
+                raise FormatError(f"array {name!r} cannot be read safely: {problem}")
+            key = (archive._root_raw, archive._n_frames, name, raw)  # all the checks depend on
+            with _CACHE_LOCK:
+                checked = key in _CHECKED
+            if not checked:
+                archive._check_array(name, arr)
+                _remember(_CHECKED, key)
+            self._open[name] = arr
+        return arr
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+_CHECKED: collections.OrderedDict = collections.OrderedDict()  # array checks passed, by what they depend on
+
+
+def _remember(cache: collections.OrderedDict, key: Any) -> None:
+    if sum(len(k) for k in key if isinstance(k, bytes)) <= 2 * _CACHE_DOC_BYTES:
+        with _CACHE_LOCK:
+            cache[key] = True
+            while len(cache) > 4 * _CACHE_ENTRIES:
+                cache.popitem(last=False)
+
+
+def _open_array(store: Any, name: str, *, with_bytes: bool = False) -> Any:
+    """A zarr array built from its metadata document (read once, through the CheckedStore); with
+    `with_bytes`, also the document's bytes."""
     try:
-        node = root[name]
-    except KeyError:
-        raise FormatError(f"the archive is missing its {name!r} array") from None
+        found = store.read_json_now(f"{name}/zarr.json")
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    if found is None:
+        raise FormatError(f"the archive is missing its {name!r} array")
+    raw, meta = found
+    if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
+        raise FormatError(f"{name!r} should be a Zarr v3 array")
+    check_codec_settings(meta, name)
+    try:
+        metadata = _cached(_ARRAY_CACHE, raw, lambda: ArrayV3Metadata.from_dict(dict(meta)))  # frozen: shareable
+        arr = zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, name)))
     except Exception as exc:
-        raise FormatError(f"the metadata of array {name!r} is unreadable: {exc}") from None
-    if not isinstance(node, zarr.Array):
-        raise FormatError(f"{name!r} should be an array")
-    return node
+        raise FormatError(f"the metadata of array {name!r} is unreadable (its shape, chunk grid, codecs or data "
+                          f"type): {exc}") from None
+    return (arr, raw) if with_bytes else arr
 
 
 def _short(ids: Any) -> str:

@@ -96,12 +96,20 @@ def _read(root: Path, key: str, byte_range: Any, limit: int | None) -> bytes | N
     parts = _parts(key)
     if not parts:
         return None
+    document = parts[-1] == "zarr.json"
     try:
         dfd = _walk(root, parts[:-1])
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        if document:  # a file where a node's folder belongs is damage, not an absent node
+            raise FormatError(f"archive entry {'/'.join(parts[:-1])!r} is a file where a Zarr node's folder belongs; "
+                              "the archive is damaged") from None
         return None
     try:
         st = _lstat(dfd, parts[-1])
+        if st is not None and stat.S_ISDIR(st.st_mode) and document:
+            raise _refuse(root, key, st.st_mode)
         if st is None or stat.S_ISDIR(st.st_mode):
             return None
         if not stat.S_ISREG(st.st_mode):  # checked before open(): opening a FIFO or device can block or act

@@ -27,7 +27,7 @@ from .._errors import ArchiveExistsError, ArchiveNotFoundError, FormatError, MjA
 from .checkedstore import CheckedStore
 from .safestore import SafeLocalStore, walk_files
 
-__all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "remove_partial_files"]
+__all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "open_root_document", "remove_partial_files"]
 
 _URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 # zarr's LocalStore writes `<key>.<uuid hex>.partial` and renames it into place.
@@ -164,21 +164,54 @@ def create_root(location: Any, *, overwrite: bool, storage_options: dict | None 
         raise _remote_error(location, exc) from exc
 
 
+def _check_local_root(path: Path) -> None:
+    try:
+        mode_bits = os.lstat(path / "zarr.json").st_mode  # not followed: the root may be a link, not its files
+    except (FileNotFoundError, NotADirectoryError):
+        mode_bits = None
+    if mode_bits is None or stat.S_ISDIR(mode_bits):
+        raise ArchiveNotFoundError(
+            f"no archive at {str(path)!r} (no zarr.json there); create one with mjarchive.create()"
+        )
+    if not stat.S_ISREG(mode_bits):
+        raise FormatError(f"{str(path / 'zarr.json')!r} is not a regular file (a link, FIFO or device); "
+                          "mjarchive reads archives made of plain files only")
+
+
+def open_root_document(location: Any, *, storage_options: dict | None = None) -> tuple[CheckedStore, bytes, dict]:
+    """A read-only store of the archive and its root group's metadata document (bytes and parsed),
+    read once and parsed once (no zarr group is opened: readers build arrays from their own
+    documents as they need them)."""
+    path = local_path(location)
+    if path is not None:
+        _check_local_root(path)
+    store = make_store(location, read_only=True, storage_options=storage_options)
+    try:
+        found = store.read_json_now("zarr.json")
+    except MjArchiveError:
+        raise
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    except Exception as exc:
+        if path is not None:
+            raise
+        raise _remote_error(location, exc) from exc
+    if found is None:
+        raise ArchiveNotFoundError(f"no archive at {_describe(location)} (no zarr.json there); check the location"
+                                   + ("" if path is not None else " and storage_options")
+                                   + ", or create one with mjarchive.create()")
+    raw, doc = found
+    if doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+        raise ArchiveNotFoundError(f"{_describe(location)} is not a readable Zarr v3 group (its zarr.json is not "
+                                   "a Zarr v3 group document)")
+    return store, raw, doc
+
+
 def open_root(location: Any, *, mode: str, storage_options: dict | None = None) -> zarr.Group:
     """Open the archive's root group for reading ('r') or appending ('a')."""
     path = local_path(location)
     if path is not None:
-        try:
-            mode_bits = os.lstat(path / "zarr.json").st_mode  # not followed: the root may be a link, not its files
-        except (FileNotFoundError, NotADirectoryError):
-            mode_bits = None
-        if mode_bits is None or stat.S_ISDIR(mode_bits):
-            raise ArchiveNotFoundError(
-                f"no archive at {str(path)!r} (no zarr.json there); create one with mjarchive.create()"
-            )
-        if not stat.S_ISREG(mode_bits):
-            raise FormatError(f"{str(path / 'zarr.json')!r} is not a regular file (a link, FIFO or device); "
-                              "mjarchive reads archives made of plain files only")
+        _check_local_root(path)
     store = make_store(location, read_only=(mode == "r"), storage_options=storage_options)
     try:
         # zarr_format=3: skip probing for Zarr v2 keys (.zgroup, .zattrs), a round trip each remotely.

@@ -42,9 +42,9 @@ def _verify(archive: Any) -> VerifyReport:
     checked: list[str] = []
     n = archive.n_frames
     try:  # open() ran the hand-written checks; verify also runs the JSON Schema itself
-        check_schema(archive._root.attrs.asdict()[ROOT_ATTR])
+        check_schema(archive._root_attrs[ROOT_ATTR])
         checked.append(f"metadata valid against the format {archive.format_version} schema "
-                       f"({root_schema()['title']}); {n} committed frames")
+                       f"({root_schema()['title']}); {n} committed frames (commit record: {archive._commit_source})")
     except MjArchiveError as exc:
         problems.append(str(exc))
     try:

@@ -131,6 +131,17 @@ def _short_ids(ids: Sequence[int]) -> str:
     return ", ".join(map(str, ids)) if len(ids) <= 12 else f"{', '.join(map(str, ids[:8]))}, … {ids[-1]}"
 
 
+def _stored_precision(dtype: str, abs_error: float | None) -> str:
+    """What was stored and what was lost: "lossless" only where it is."""
+    if abs_error is not None:
+        return f"stored as {dtype}, quantized to ±{abs_error:g} (lossy by choice)"
+    if dtype == "float64":
+        return "stored as float64, lossless"
+    # The archive does not know its input's type: MuJoCo's MjData holds float64, Warp float32.
+    return ("stored as float32: float64 input (MuJoCo's MjData) rounded to float32, relative error ≤ 6e-8 "
+            "per value; float32 input (MuJoCo Warp) stored exactly")
+
+
 def format_info(info: dict[str, Any]) -> str:
     m = info["model"]
     fps = info["output_fps"]
@@ -144,7 +155,7 @@ def format_info(info: dict[str, Any]) -> str:
                  f"{m['ntex']} textures, {m['nu']} actuators; bundle {m['n_assets']} assets, "
                  f"{_human_bytes(m['bundle_bytes'])}")
     ratio = info["compression_ratio"]
-    precision = "lossless" if info["precision"] is None else f"quantized to ±{info['precision']:g}"
+    precision = _stored_precision(info["dtype"], info["precision"])
     rows = [
         ("archive", f"{info['location']} ({info['status']})"),
         ("format", info["format_version"]),
@@ -153,7 +164,7 @@ def format_info(info: dict[str, Any]) -> str:
                    f"({info['duration_s']:g} s)"),
         ("cadence", f"{cadence}; timestep {info['timestep']:g} s"),
         ("episodes", f"{info['n_episodes']} (split at reset markers)"),
-        ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, stored as {info['dtype']}, {precision}"),
+        ("qpos", f"nq={info['nq']} nv={info['nv']} nmocap={info['nmocap']}, {precision}"),
         ("tracks", tracks),
         *([("variants", ", ".join(f"{k} {tuple(v['shape'])} ({v['n_events']} events)"
                                   for k, v in info["variants"].items()))] if info["variants"] else []),

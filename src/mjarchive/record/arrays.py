@@ -21,10 +21,15 @@ masks of the arrays' own library are accumulated on their device, so passing a d
 mask every step never synchronizes. On CUDA, torch and CuPy gathers are queued on the library's
 current stream: arrays written on another stream (a Warp stack stepping on its own) must be
 synchronized with it first, as for any consumer of them.
+
+A sequence of CPU `MjData` (`MjDataGatherer`) takes the same road in host memory: per recorded
+frame, one `np.concatenate` per field of views made once (of the fields in the MjData's own buffer;
+arena-backed fields are read and size-checked per frame), into a block the writer checks when full.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -34,7 +39,7 @@ import numpy as np
 
 from .._errors import AppendError
 
-__all__ = ["ArrayGatherer", "drain_all", "library_of", "LIBRARIES"]
+__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "LIBRARIES"]
 
 #: The array libraries `library_of` recognizes, by the top-level module of the array's type.
 LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
@@ -43,6 +48,18 @@ LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", 
 def library_of(x: Any) -> str | None:
     """'numpy', 'jax', 'torch', 'cupy' or 'warp' for an array of that library, else None."""
     return LIBRARIES.get(type(x).__module__.partition(".")[0])
+
+
+def on_host(library: str, arrays: dict[str, Any]) -> bool:
+    """Whether the arrays are in host memory (NumPy, JAX's "cpu" platform, torch CPU tensors)."""
+    if library == "numpy":
+        return True
+    a = next(iter(arrays.values()))
+    if library == "torch":
+        return a.device.type == "cpu"
+    if library == "jax":
+        return all(d.platform == "cpu" for d in a.devices())
+    return False
 
 
 Sink = Callable[[np.ndarray, dict[str, np.ndarray], np.ndarray], None]
@@ -113,7 +130,7 @@ class ArrayGatherer:
         self._lib.accumulate_reset(mask)
 
     def gather(self, arrays: dict[str, Any], time: float, host_reset: np.ndarray) -> None:
-        """Gather one frame of the selected worlds into the ring; may hand a finished block to the sink."""
+        """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""
         slot, j = self._slot, self._fill
         try:
             self._device_reset[slot] |= self._lib.take(slot, j, [arrays[n] for n in self.names])
@@ -123,6 +140,9 @@ class ArrayGatherer:
         self._times[j] = time
         self._host_reset_rows[j] = host_reset
         self._fill += 1
+
+    def seal_if_full(self) -> None:
+        """After a gather: a full block starts its copy; may hand the oldest block to the sink."""
         if self._fill == self.block:
             self._seal()
 
@@ -149,6 +169,133 @@ class ArrayGatherer:
     def drain_all(self) -> None:
         """Seal the partial block and hand every pending block to the sink, oldest first."""
         drain_all(self)
+
+
+class MjDataGatherer:
+    """A sequence of MuJoCo `MjData` (one per world): the selected worlds' fields are copied into one
+    host block of ``block_frames`` frames, handed to the sink (the writer's `append`, which validates,
+    casts and checks it once per block) when it fills.
+
+    Per recorded frame the caller's thread does one `np.concatenate` per field, of flat views of the
+    selected worlds' arrays made once, into the block's row, in the field's own dtype; nothing else.
+    Only fields in the `MjData`'s own buffer are bound so: that buffer is allocated once, sized by
+    the model, and kept for the `MjData`'s lifetime (the views are made again when the sequence
+    holds other objects). Fields outside it (arena-backed ones such as ``efc_*`` and the island
+    arrays, whose size or address can change at every step, and the few fixed arrays inside the
+    struct itself) are read with ``getattr`` and their size checked at every recorded frame.
+    """
+
+    library = "mujoco"
+    bytes_copied = 0  # host memory already: nothing crosses a device boundary
+
+    def __init__(self, batch: Any, sel: np.ndarray, fields: dict[str, tuple[int, ...]], *, block_frames: int,
+                 sink: Sink):
+        self.k = len(sel)
+        self.block = block_frames
+        self._sink = sink
+        self._shapes = fields
+        picks = [int(i) for i in sel]
+        self._pick = (lambda b: (b[picks[0]],)) if len(picks) == 1 else operator.itemgetter(*picks)
+        self._objs: tuple | None = None
+        self._views: list[list[np.ndarray]] = []  # the bound fields' views, per field
+        self._checked: list[tuple[str, int, tuple[int, ...]]] = []  # (name, size, shape): read per frame
+        dtypes = self._bind(self._pick(batch))
+        self._blocks = {name: np.empty((block_frames, self.k, *shape), dtypes[name])
+                        for name, shape in fields.items()}
+        self._make_rows()
+        self._times = np.zeros(block_frames, np.float64)
+        self._reset = np.zeros((block_frames, self.k), bool)
+        self._fill = 0
+        self._pending: deque = deque()  # always empty: a block goes to the sink when it fills (drain_all protocol)
+
+    def _bind(self, objs: tuple) -> dict[str, np.dtype]:
+        """Flat views of each selected MjData's buffer-resident fields, checked once per set of objects;
+        the other fields are left to the per-frame checked read. Returns each field's dtype."""
+        spans = [_buffer_span(d) for d in objs]
+        views, bound, checked, dtypes = [], [], [], {}
+        for name, shape in self._shapes.items():
+            size = int(np.prod(shape, dtype=np.int64))
+            per_field = []
+            fixed = True
+            for d, span in zip(objs, spans):
+                a = getattr(d, name, None)
+                if not isinstance(a, np.ndarray):
+                    raise AppendError(f"track {name!r} is not an MjData field; record it with the arrays: "
+                                      f"record(qpos=..., {name}=..., time=...)")
+                if a.size != size:
+                    raise AppendError(f"MjData.{name} has shape {a.shape}; this archive stores {shape} per world")
+                dtypes[name] = a.dtype
+                addr = a.__array_interface__["data"][0]
+                fixed = fixed and a.flags.c_contiguous and span is not None and \
+                    span[0] <= addr and addr + a.nbytes <= span[1]
+                per_field.append(a.reshape(-1))
+            if fixed:  # in the buffer: the same memory for the MjData's lifetime
+                views.append(per_field)
+                bound.append(name)
+            else:  # arena-backed (or otherwise not the buffer's): its memory may move or resize per step
+                checked.append((name, size, shape))
+        again = self._objs is not None and (bound != self._bound_names or checked != self._checked)
+        self._views, self._bound_names, self._checked, self._objs = views, bound, checked, objs
+        if again:  # other objects whose fields are split otherwise: rows into the same blocks
+            self._make_rows()
+        return dtypes
+
+    def _make_rows(self) -> None:
+        """Each frame's flat rows of the block, bound fields and checked ones, made once."""
+        self._rows = [[self._blocks[name][j].reshape(-1) for name in self._bound_names]
+                      for j in range(self.block)]
+        self._checked_rows = [[self._blocks[name][j].reshape(-1) for name, _size, _shape in self._checked]
+                              for j in range(self.block)]
+
+    def gather(self, batch: Any, time: float, host_reset: np.ndarray) -> None:
+        """Copy one frame of the selected worlds into the block."""
+        objs = self._pick(batch)
+        if objs != self._objs:  # identity comparisons: other MjData objects than last time
+            self._bind(objs)
+        j = self._fill
+        for views, out in zip(self._views, self._rows[j]):
+            np.concatenate(views, out=out)
+        if self._checked:
+            self._gather_checked(objs, self._checked_rows[j])
+        self._times[j] = time
+        self._reset[j] = host_reset
+        self._fill = j + 1
+
+    def _gather_checked(self, objs: tuple, rows: list[np.ndarray]) -> None:
+        """Fields outside the MjData buffer: read now, their size checked (refused at this call)."""
+        for (name, size, shape), out in zip(self._checked, rows):
+            arrays = [getattr(d, name) for d in objs]
+            for a in arrays:
+                if a.size != size:
+                    raise AppendError(f"MjData.{name} has shape {a.shape} at this call; this archive stores "
+                                      f"{shape} per world (its size is not fixed by the model: record it with "
+                                      f"the arrays, padded, or leave it out)")
+            np.concatenate([a.reshape(-1) for a in arrays], out=out)
+
+    def seal_if_full(self) -> None:
+        if self._fill == self.block:
+            self._seal()
+
+    def _seal(self) -> None:
+        n, self._fill = self._fill, 0
+        if n:  # the writer copies the block before returning: it is free again at once
+            self._sink(self._times[:n].copy(), {name: b[:n] for name, b in self._blocks.items()},
+                       self._reset[:n].copy())
+
+    def drain_all(self) -> None:
+        """Hand the partial block to the sink."""
+        drain_all(self)
+
+
+def _buffer_span(d: Any) -> tuple[int, int] | None:
+    """The address range of an MjData's buffer: the fields whose size the model fixes, allocated
+    once with the MjData (``qpos`` is its first field); None when the bindings do not tell."""
+    nbuffer = getattr(d, "nbuffer", None)
+    qpos = getattr(d, "qpos", None)
+    if not isinstance(nbuffer, int) or not isinstance(qpos, np.ndarray):
+        return None
+    start = qpos.__array_interface__["data"][0]
+    return start, start + nbuffer
 
 
 def drain_all(gatherer: Any) -> None:

@@ -34,7 +34,7 @@ import numpy as np
 from .._errors import AppendError, BackendError, ClosedError, FormatError, MjArchiveError
 from ..archive.manifest import TrackSpec
 from ..archive.writer import ArchiveWriter, as_bundle, create
-from .arrays import ArrayGatherer, is_mjx_data, library_of
+from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_host
 from .overlay_frames import block_overlays, select_overlays
 from .variants_capture import RecorderVariants, sim_model_kind
 
@@ -113,10 +113,18 @@ class Recorder:
     Overlays: `record(d, overlays={"target": ...})` adds debug primitives to a recorded frame
     (declared with `overlays={"target": mjarchive.Overlay.points()}`; see `mjarchive.Overlay`).
 
-    Device options (Warp Data and arrays): `block_frames` frames are gathered on the device per ring
-    buffer and handed to the writer together, `ring_buffers` such buffers exist (pinned host memory
-    on CUDA), so host memory for in-flight frames is `ring_buffers * block_frames * len(worlds) *
-    row_bytes`.
+    Blocks: `block_frames` recorded frames are gathered into one block (on the data's device for Warp
+    Data and device arrays) and handed to the writer together, which validates, casts and checks them
+    for finiteness once per block. Such a refusal (a NaN, say) is therefore raised by the call that
+    seals or hands the block over, or by `flush()`/`close()`, not by the call that gave the bad frame:
+    its message names the archive frame and world, and says that it was detected when the block was
+    checked (the block's other frames are kept). Refusals of a call's own arguments (shapes, types,
+    fields that change size) are raised by that call. Default 16 frames on a GPU, 64 in host memory
+    (MjData, Warp's "cpu" device, NumPy and CPU arrays; fewer when a block would pass 4 MiB).
+    `ring_buffers` such buffers exist for Warp Data and arrays (pinned host memory on CUDA), so host
+    memory for in-flight frames is `ring_buffers * block_frames * len(worlds) * row_bytes`; MjData
+    needs one block, except with `variant_fields`: then each MjData frame is appended at its call,
+    with the variant events read from the worlds' models for it.
 
     Example::
 
@@ -128,17 +136,19 @@ class Recorder:
 
     def __init__(self, path_or_writer: Any, model: Any = None, *, worlds: Any = None, n_worlds: int | None = None,
                  output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] | Mapping = (),
-                 dtype: str = "float32", block_frames: int = 16, ring_buffers: int = 3, sim_model: Any = None,
+                 dtype: str = "float32", block_frames: int | None = None, ring_buffers: int = 3, sim_model: Any = None,
                  **create_kwargs: Any):
         if isinstance(tracks, str):
             tracks = (tracks,)
         self._tracks = tuple(tracks)
         self._track_args = dict(tracks) if isinstance(tracks, Mapping) else dict.fromkeys(tracks)
         self._worlds_arg = None if worlds is None else _as_indices(worlds)
-        self._block_frames = max(1, int(block_frames))
+        self._block_frames = None if block_frames is None else max(1, int(block_frames))
         self._ring_buffers = max(2, int(ring_buffers))
         self._closed = False
-        self._gatherer: Any = None  # device-side gatherer (Warp Data or arrays), created on the first call
+        self._gatherer: Any = None  # block gatherer (MjData, Warp Data or arrays), created on the first call
+        self._last_data: Any = None  # the MjData, sequence of them or Warp Data of the last call, checked then
+        self._mj_batch: Sequence[mujoco.MjData] | None = None  # its MjData (None: Warp Data)
         self._gatherer_fields: set[str] | None = None
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self._nworld: int | None = None
@@ -244,6 +254,12 @@ class Recorder:
         `len(worlds) < nworld`, are taken as they are (in `worlds` order). Host data (NumPy, lists):
         device frames keep a copy until their block reaches the writer.
         """
+        if data is self._last_data and data is not None and not arrays:  # the Data of the last call, checked then
+            batch = self._mj_batch
+            if batch is None:
+                return self._record_warp_frame(data, reset, time, overlays)
+            if len(batch) == self._nworld and isinstance(batch[0], mujoco.MjData):
+                return self._record_mjdata(batch, reset, time, overlays)
         if self._closed:
             raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
         if arrays or data is None or is_mjx_data(data):
@@ -259,9 +275,21 @@ class Recorder:
             raise AppendError(f"record() takes an MjData, a non-empty sequence of MjData, a mujoco_warp Data, "
                               f"an MJX Data or named arrays, got {type(data).__name__}{hint}")
         self._start(len(batch), "mujoco")
-        self._accumulate_reset(reset)
-        t = batch[0].time if time is None else time
-        if not self._cadence.advance(float(t)):
+        if self._gatherer is None and self._variants is None:
+            self._gatherer = MjDataGatherer(batch, self._sel, self._field_shapes(), block_frames=self._block(True),
+                                            sink=self._append_block)
+        self._last_data, self._mj_batch = data, batch
+        return self._record_mjdata(batch, reset, time, overlays)
+
+    def _record_mjdata(self, batch: Sequence[mujoco.MjData], reset: Any, time: Any, overlays: Any) -> bool:
+        if reset is not None:
+            self._accumulate_reset(reset)
+        t = float(batch[0].time if time is None else time)
+        if self._gatherer is not None:  # blocks: one copy per field and frame here, the writer's checks per block
+            return self._gather_if_due(batch, t, overlays)
+        # Model variants: their values are read from each world's MjModel at the frame's call, and the
+        # events reach the writer with it, so each frame is appended at once.
+        if not self._cadence.advance(t):
             return False
         sel = [batch[int(i)] for i in self._sel]
         fields: dict[str, Any] = {"qpos": np.stack([d.qpos for d in sel])}
@@ -327,6 +355,7 @@ class Recorder:
                 self._variants.log.emit(self._writer, appended, None)
         finally:
             self._closed = True
+            self._last_data = None
             if self._writer is not None:
                 if self._owns_writer:
                     self._writer.close()
@@ -337,7 +366,15 @@ class Recorder:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close()
+        if exc is None:
+            self.close()  # a refusal of the last block is raised
+            return
+        try:
+            self.close()
+        except Exception as refusal:  # the body's exception goes on; this one is attached to it
+            note = f"while closing the Recorder after it, {type(refusal).__name__}: {refusal}"
+            exc.add_note(note)
+            warnings.warn(f"mjarchive.Recorder: {note}", RuntimeWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -360,6 +397,15 @@ class Recorder:
         if self._backend_unknown:  # created at construction (n_worlds=...) before any data was seen
             self._backend_unknown = False
             self._writer.set_backend(backend)
+
+    def _block(self, host: bool) -> int:
+        """Frames per block: as given, else 16 on a device (pinned memory) and 64 in host memory, where
+        the writer's per-block work is what a frame costs beyond its copy (at most 4 MiB a block)."""
+        if self._block_frames is not None:
+            return self._block_frames
+        if not host:
+            return 16
+        return max(16, min(64, (4 << 20) // max(1, len(self._sel) * self.row_bytes * 2)))
 
     def _init_selection(self, nworld: int) -> None:
         sel = np.arange(nworld) if self._worlds_arg is None else self._worlds_arg
@@ -386,8 +432,9 @@ class Recorder:
         if mask.shape != (self._nworld,) or mask.dtype.kind not in "biu":
             raise AppendError(f"reset must be a boolean mask over all {self._nworld} worlds, shape "
                               f"({self._nworld},); got shape {mask.shape} dtype {mask.dtype}")
-        self._reset_acc |= mask.astype(bool)
-        self._reset_pending = True
+        if mask.any():  # a mask with no resets (every step of a vector env) changes nothing
+            self._reset_acc |= mask if mask.dtype == bool else mask != 0
+            self._reset_pending = True
 
     def _record_warp(self, data: Any, reset: Any, time: Any, overlays: Any = None,
                      backend: str = "mujoco_warp") -> bool:
@@ -400,12 +447,18 @@ class Recorder:
                                    "mujoco_warp Model (sim_model=m) to capture variants on the device")
             captures = self._variants is not None and self._sim_kind == "warp"
             self._gatherer = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
-                                          tracks=self._track_shapes, block_frames=self._block_frames,
+                                          tracks=self._track_shapes,
+                                          block_frames=self._block(not data.qpos.device.is_cuda),
                                           ring_buffers=self._ring_buffers, sink=self._append_block,
                                           variant_model=self._sim_model if captures else None,
                                           variant_shapes=self._variants.shapes(self._writer) if captures else None)
             if self._gatherer.variants_missing:  # set_variant can record them: warned once, not refused
                 warnings.warn(self._gatherer.variants_missing, stacklevel=3 if backend == "mujoco_warp" else 4)
+        if backend == "mujoco_warp":
+            self._last_data, self._mj_batch = data, None
+        return self._record_warp_frame(data, reset, time, overlays)
+
+    def _record_warp_frame(self, data: Any, reset: Any, time: Any, overlays: Any) -> bool:
         if reset is not None:
             if library_of(reset) == "warp":
                 self._gatherer.accumulate_reset(reset)
@@ -442,7 +495,8 @@ class Recorder:
                 self._start(self._nworld, backend or library)
             self._start(self._check_first_shapes(arrays), backend or library)
             gatherer = self._gatherer = ArrayGatherer(
-                library, arrays, self._sel, block_frames=self._block_frames, ring_buffers=self._ring_buffers,
+                library, arrays, self._sel, block_frames=self._block(on_host(library, arrays)),
+                ring_buffers=self._ring_buffers,
                 sink=self._append_block)
             self._gatherer_fields = set(arrays)
         elif (backend or gatherer.library) != self._kind:
@@ -468,6 +522,7 @@ class Recorder:
             host_reset = self._no_reset
         self._gatherer.gather(source, self._cadence.time, host_reset)
         self.frames_recorded += 1
+        self._gatherer.seal_if_full()  # a full block moves on; a refusal of an earlier frame is raised here
         return True
 
     def _field_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -550,7 +605,9 @@ class Recorder:
                     except AppendError:
                         pass
         if first is not None:
-            raise first
+            raise AppendError(f"{first} (detected when the block of {n} recorded frames holding it was checked "
+                              "on its hand-off to the writer: that frame may have come from an earlier call "
+                              "than this one)") from None
 
 
 class _WarpFields:
@@ -563,6 +620,8 @@ class _WarpFields:
 
 def _scalar_time(time: Any) -> float:
     """The batch time: a number, or world 0's entry of a per-world time array of any library."""
+    if type(time) is float:
+        return time
     if getattr(time, "ndim", 0):
         time = time[0]
     try:

@@ -2,7 +2,7 @@
 
 Replay never steps physics: set qpos (and mocap), run the position stages the renderer reads
 (kinematics, subtree centres of mass for `trackcom` cameras and lights, tendons/flexes when drawn,
-cameras and lights), then render.
+cameras and lights, position sensors when rangefinder rays are drawn), then render.
 """
 
 from __future__ import annotations
@@ -31,6 +31,16 @@ def needs_tendon_stage(model: mujoco.MjModel) -> bool:
     if not model.ntendon:
         return False
     return bool(np.any(model.wrap_type != mujoco.mjtWrap.mjWRAP_JOINT)) if model.nwrap else False
+
+
+def needs_sensor_stage(model: mujoco.MjModel, option: mujoco.MjvOption) -> bool:
+    """Rangefinder rays are drawn from sensordata, which mj_sensorPos computes: only for models
+    that have rangefinders, with their visualization on and sensors enabled."""
+    if not model.nsensor or not option.flags[mujoco.mjtVisFlag.mjVIS_RANGEFINDER]:
+        return False
+    if model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_SENSOR:
+        return False
+    return bool(np.any(model.sensor_type == mujoco.mjtSensor.mjSENS_RANGEFINDER))
 
 
 def prepare_model(model: mujoco.MjModel, size: tuple[int, int], quality: str) -> mujoco.MjModel:
@@ -86,6 +96,7 @@ class CpuRenderer:
         self._free = mujoco.MjvCamera()
         self._free.type = mujoco.mjtCamera.mjCAMERA_FREE
         self._tendon = needs_tendon_stage(self.model)
+        self._sensor = needs_sensor_stage(self.model, self._option)
         self._last_camera: int | None = None
         self._closed = False
 
@@ -104,6 +115,8 @@ class CpuRenderer:
         if m.nflex:
             mujoco.mj_flex(m, d)
         mujoco.mj_camlight(m, d)
+        if self._sensor:
+            mujoco.mj_sensorPos(m, d)  # after mj_camlight: camera-projection sensors read the cameras
 
     def set_variant(self, values: dict[str, np.ndarray]) -> None:
         """Set model fields to `values` (name -> array shaped like this model's field, see

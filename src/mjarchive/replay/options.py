@@ -48,7 +48,6 @@ REFUSED: dict[str, str] = {
     "pertforce": _NEED_PERTURB,
     "pertobj": _NEED_PERTURB,
     "select": _NEED_PERTURB,
-    "rangefinder": "needs sensor data, which position-only replay never computes",
     "activation": "needs actuator activations, which replay does not pose",
     "sdfiter": "needs SDF collision iterations, which position-only replay never computes",
     "segment": _ID_COLOURS,

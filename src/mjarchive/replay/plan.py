@@ -181,10 +181,10 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
                layout: str, split_episodes: bool, model_mjb: bytes | None, out_dir: Path,
                model: mujoco.MjModel, unit_bytes: int | None = None, warp_batch: int | None = None,
                scene: Any = None, options: Any = None, recipe: str | None = None,
-               labels: Any = None, overlays: tuple[str, ...] = ()) -> list[Output]:
+               labels: Any = None, overlays: tuple[str, ...] = (), session: str | None = None) -> list[Output]:
     """Every output video with its ordered work units. warp_batch: states per Warp launch
     (default: what the device's memory budget allows, capped by the selection's size).
-    overlays: names of the overlay tracks drawn (CPU)."""
+    overlays: names of the overlay tracks drawn (CPU). session: see `RenderUnit.session`."""
     sel = archive.select(worlds=worlds, frames=frames)
     world_ids = list(sel.world_ids)
     frame_idx = selected_frames(archive, sel, frames)
@@ -207,7 +207,7 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
     def unit(world_id: int, camera: int | View, part: tuple[int, ...]) -> RenderUnit:
         return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
                           warp_batch, scene=scene, options=options, recipe=recipe, labels=labels,
-                          overlays=tuple(overlays))
+                          overlays=tuple(overlays), session=session)
 
     def changes(world_id: int) -> np.ndarray | None:
         """Frames at which a world's model variants change: no per-world unit straddles one."""

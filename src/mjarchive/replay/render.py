@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
+import functools
 import json
 import multiprocessing
 import os
 import stat
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -33,21 +36,24 @@ from .._errors import BackendError, BundleError, MjArchiveError
 from .._fs import OutputDir
 from ..archive.reader import Archive
 from ..archive.reader import open as open_archive
-from . import warp
+from . import pool, warp
 from .camera import Camera, View
 from .cpu import QUALITIES
 from .hud import Hud, HudText
 from .options import SceneOptions
 from .overlay_draw import refuse_on_warp, select_overlays
-from .plan import LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
+from .plan import CPU_UNIT_FRAMES, LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
 from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
 from ..archive.store import is_url, local_path
 from .unit import render_unit
 from .variant_map import check_replay_model
 from .video import GridComposer, VideoWriter
-from .worker import RenderUnit, UnitResult, bundle_model, lend_archive
+from .worker import RenderUnit, UnitResult, bundle_model, lend_archive, warm_up
 
-__all__ = ["render", "iter_frames", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
+__all__ = ["render", "iter_frames", "close_pool", "RenderUnit", "UnitResult", "render_unit", "plan_units"]
+
+#: Shut down the worker processes `render` keeps warm between calls (also done at exit).
+close_pool = pool.close
 
 #: Encoder settings of every video (part of the resume key: other settings, other files).
 VIDEO_ENCODER = {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23}
@@ -72,30 +78,49 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> str:
 
 # -- orchestration ----------------------------------------------------------------------------
 
-def _run_ordered(units: Iterable[Any], executor: Executor | None, window: int, fn=render_unit) -> Iterator[Any]:
-    """`fn(unit)` results in unit order, with at most `window` units submitted but not yet consumed."""
+def _run_ordered(units: Iterable[Any], executor: Executor | None, window: int, fn=render_unit,
+                 ready: Callable[[], bool] | None = None) -> Iterator[Any]:
+    """`fn(unit)` results in unit order, with at most `window` units submitted but not yet consumed.
+    With `ready`, units are rendered in this process until `ready()` (the pool's workers are up):
+    a short render never waits for workers to start."""
     if executor is None:
         for u in units:
             yield fn(u)
         return
-    pending: collections.deque = collections.deque()
+    pending: collections.deque = collections.deque()  # Futures, and units kept for this process
+
+    def hand_over() -> None:
+        if ready is None or ready():
+            for k, item in enumerate(pending):
+                if not isinstance(item, Future):
+                    pending[k] = executor.submit(fn, item)
+
+    def take() -> Any:
+        item = pending.popleft()
+        return item.result() if isinstance(item, Future) else fn(item)
+
     try:
         for u in units:
-            pending.append(executor.submit(fn, u))
+            pending.append(u)
+            hand_over()
             if len(pending) >= window:
-                yield pending.popleft().result()
+                yield take()
         while pending:
-            yield pending.popleft().result()
+            hand_over()
+            yield take()
     finally:
         for f in pending:
-            f.cancel()
+            if isinstance(f, Future):
+                f.cancel()
 
 
-def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window: int) -> Iterator[UnitResult]:
-    """Results of `units` in order. Warp: their states are packed into full batches across units
-    (several worlds per launch), rendered as PackedUnits and cut back into per-unit results."""
+def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window: int,
+                  ready: Callable[[], bool] | None = None) -> Iterator[UnitResult]:
+    """Results of `units` in order (`ready`: see `_run_ordered`). Warp: their states are packed into
+    full batches across units (several worlds per launch), rendered as PackedUnits and cut back
+    into per-unit results."""
     if not units or units[0].backend == "cpu" or units[0].warp_batch is None or units[0].scene is not None:
-        yield from _run_ordered(units, executor, window)
+        yield from _run_ordered(units, executor, window, ready=ready)
         return
     batch = units[0].warp_batch
     h, w = units[0].size
@@ -212,16 +237,6 @@ def _parse_hud(hud: Any, layout: str, archive: Archive) -> tuple[Hud | None, Hud
     return (Hud(corner, parsed.corner) if corner else None), (Hud(per_world, parsed.corner) if per_world else None)
 
 
-def _init_worker(gl_threads: int, started: Any = None) -> None:
-    """Pool worker set-up: software GL (Mesa llvmpipe) would start one raster thread per core in
-    every worker; share the cores instead. No effect on GPU drivers or when the user set it.
-    `started` (a shared counter) tells the parent that this worker got past start-up."""
-    os.environ.setdefault("LP_NUM_THREADS", str(gl_threads))
-    if started is not None:
-        with started.get_lock():
-            started.value += 1
-
-
 _NO_MAIN_GUARD = ("worker processes could not start: a script that calls mjarchive.render() at module level "
                   "needs `if __name__ == '__main__':` around it (spawned workers import the script again), "
                   "or pass workers=1")
@@ -307,7 +322,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
 
         warp_render_kwargs(options)  # refuse what Warp cannot draw before any work
     arch, owned = _open_archive(archive, storage_options)
-    folder = None
+    folder = lease = None
     try:
         storage_options = storage_options if owned else arch._storage_options
         drawn = select_overlays(arch, overlays)
@@ -327,13 +342,26 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                                scene=plan)
         recipe = _recipe(backend, cams, plan)
         mjb = _caller_mjb(arch, model, replay_model, bundle, recipe)
-        _check_derived(arch, model, recipe, plan)
         location = _shareable_location(arch)
         if location is None:
             if executor is not None:
                 raise MjArchiveError("an in-memory archive cannot be rendered on another process; write it to a path or URL")
             location = f"object:{id(arch)}"
             workers = 1
+        # CPU units of this call open the archive afresh in a warm worker (see RenderUnit.session).
+        session = uuid.uuid4().hex if backend == "cpu" else None
+        explicit = workers is not None
+        if executor is None and backend == "cpu" and workers != 1:
+            # Size the pool by the work and start it now: its workers start while this process plans.
+            per_video = -(-len(frame_idx) // min(CPU_UNIT_FRAMES, arch.manifest.chunk_frames))
+            n_videos = len(cams) * (1 if plan is not None else len(world_ids))
+            n_work = len(cams) * len(frame_idx) * (1 if plan is not None else len(world_ids))
+            workers = (min(max(1, int(workers)), per_video * n_videos) if explicit else
+                       pool.choose_workers(n_work, size, per_video * n_videos))
+            if workers > 1:
+                lease = pool.lease(workers, functools.partial(warm_up, location, storage_options, session,
+                                                              mjb is None and recipe is None))
+        _check_derived(arch, model, recipe, plan)
         out = Path(out_dir)
         outputs = plan_units(arch, location=location, storage_options=storage_options, worlds=worlds,
                              frames=frames, cameras=cams, size=size, quality=quality, backend=backend,
@@ -341,7 +369,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                              model=replay_model, warp_batch=warp_batch, scene=plan,
                              options=None if options.is_default else options,
                              recipe=None if recipe is None or mjb is not None else json.dumps(recipe, sort_keys=True),
-                             labels=label_hud, overlays=drawn)
+                             labels=label_hud, overlays=drawn, session=session)
         # The folder path may be a link (the user's choice); what is inside it is not trusted. A
         # directory at a video's name is refused before any rendering; links, FIFOs and files at
         # the names are replaced by the finished videos (never written through).
@@ -366,6 +394,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             outputs = todo
         if not outputs:
             return all_paths
+        if backend == "cpu":
+            _quick_start(outputs[0])
         attach_paths(arch, replay_model, outputs,
                      episodes=any("episode" in h.fields for h in (corner_hud, label_hud) if h is not None))
         if backend != "cpu":  # camera by camera: one camera per launch, so consecutive worlds pack together
@@ -376,39 +406,50 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             from .cluster import executor_slots
 
             workers = executor_slots(executor)
-        if workers is None:
-            workers = (os.cpu_count() or 1) if backend == "cpu" else 1
-        workers = max(1, min(int(workers), max(1, n_units)))
-        own_pool = started = None
-        if executor is None and workers > 1:
-            ctx = multiprocessing.get_context("spawn")
-            started = ctx.Value("i", 0)  # workers that got past start-up (see _pool_broken)
-            own_pool = executor = ProcessPoolExecutor(
-                workers, mp_context=ctx, initializer=_init_worker,
-                initargs=(max(1, (os.cpu_count() or 1) // workers), started),
-            )
-        # In this process, units use the caller's open Archive instead of opening it again.
-        lent = lend_archive(arch, location, storage_options) if executor is None else contextlib.nullcontext()
+        workers = max(1, min(int(workers or 1), max(1, n_units)))
+        ready, window = None, 2 * workers + 1 if lease else 2 * max(1, workers) + 2
+        if lease is not None:
+            executor, ready = lease.executor, lease.ready
+        # Units rendered in this thread use the caller's open Archive instead of opening it again.
+        lent = lend_archive(arch, location, storage_options, session) if executor is None or lease else \
+            contextlib.nullcontext()
         try:
             with lent:
-                _write_outputs(outputs, executor, 2 * workers + 1 if own_pool else 2 * max(1, workers) + 2,
-                               folder=folder, fps=fps, size=size, progress=progress,
+                _write_outputs(outputs, executor, window, folder=folder, fps=fps, size=size, progress=progress,
                                hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done,
-                               hud=None if corner_hud is None else HudText(arch, corner_hud), on_frame=on_frame)
+                               hud=None if corner_hud is None else HudText(arch, corner_hud), on_frame=on_frame,
+                               ready=ready,
+                               # workers=N asked for a pool: a script that cannot start one fails, always,
+                               # and before any video is in place
+                               gate=lease.wait_answered if lease is not None and explicit else None)
             return all_paths
         except BrokenProcessPool:
-            if own_pool is None:
+            if lease is None:
                 raise
-            raise _pool_broken(started) from None
+            raise _pool_broken(lease.started) from None
         finally:
             ledger.flush()  # also when interrupted: what finished stays finished
-            if own_pool is not None:
-                own_pool.shutdown(wait=True, cancel_futures=True)
     finally:
+        if lease is not None:
+            lease.release()
         if folder is not None:
             folder.close()
         if owned:
             arch.close()
+
+
+#: Frames of the first unit of a CPU render: the first frame reaches the encoder after these.
+FIRST_UNIT_FRAMES = 4
+
+
+def _quick_start(output: Output) -> None:
+    """Cut the first unit of `output` after FIRST_UNIT_FRAMES frames, so encoding (and a pool's
+    hand-over) starts early. Grid units stay whole: a canvas block needs every world's unit."""
+    if output.grid_block or not output.units or len(output.units[0].frames) <= 2 * FIRST_UNIT_FRAMES:
+        return
+    u = output.units[0]
+    output.units[:1] = [dataclasses.replace(u, frames=u.frames[:FIRST_UNIT_FRAMES]),
+                        dataclasses.replace(u, frames=u.frames[FIRST_UNIT_FRAMES:])]
 
 
 def _check_frame(out: Any, frame: np.ndarray) -> np.ndarray:
@@ -432,7 +473,7 @@ def _check_size(size: Any) -> tuple[int, int]:
 
 def _write_outputs(outputs: list[Output], executor: Executor | None, window: int, *, folder: OutputDir,
                    fps: float, size: tuple[int, int], progress: bool, hint: bool, on_done=None,
-                   hud: HudText | None = None, on_frame=None) -> list[Path]:
+                   hud: HudText | None = None, on_frame=None, ready=None, gate=None) -> list[Path]:
     """Consume unit results in order, burn in the HUD, call `on_frame`, and encode each output; a
     video is written to a fresh temporary file in `folder` and renamed over its name when
     complete, then reported to `on_done(path, n_frames, sha256, size)`."""
@@ -447,7 +488,7 @@ def _write_outputs(outputs: list[Output], executor: Executor | None, window: int
     for n in folder.names():
         if n.startswith(".") and ".partial" in n:
             leftovers[n[1:n.rindex(".partial")]].append(n)
-    unit_results = _unit_results(units, executor, window)
+    unit_results = _unit_results(units, executor, window, ready)
     results = zip(units, unit_results)
     paths: list[Path] = []
     hinted = not (hint and progress)
@@ -495,6 +536,8 @@ def _write_outputs(outputs: list[Output], executor: Executor | None, window: int
                                 bar.update(len(r.frames))
                                 hinted = hinted or _hint_once(r)
                     sha256, n_bytes = part.digest()  # through our descriptor: the file we made
+                    if gate is not None:
+                        gate()
                     part.commit(o.path.name)
                 finally:
                     part.discard()  # no-op once committed

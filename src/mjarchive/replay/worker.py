@@ -23,7 +23,7 @@ import numpy as np
 from ..archive.reader import Archive
 from ..archive.reader import open as open_archive
 
-__all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for", "lend_archive", "cached"]
+__all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for", "lend_archive", "cached", "warm_up"]
 
 _CACHE_SIZE = 4
 _LOCAL = threading.local()
@@ -62,6 +62,9 @@ class RenderUnit:
     labels: Any = None
     #: Names of the archive's overlay tracks drawn into the frames (CPU; `overlay_draw`).
     overlays: tuple[str, ...] = ()
+    #: The render call this unit belongs to: a warm worker opens the archive again for each call
+    #: (the file at `location` may have been rewritten since), keeping compiled models and renderers.
+    session: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,37 +93,87 @@ def cached(kind: str, key: Any, make: Callable[[], Any]) -> Any:
         return cache[key]
     value = cache[key] = make()
     while len(cache) > _CACHE_SIZE:
-        _, old = cache.popitem(last=False)
-        if hasattr(old, "close") and kind == "renderers":
+        old_key, old = cache.popitem(last=False)
+        if kind == "renderers" and hasattr(old, "close"):
             old.close()
+        elif kind == "archives":
+            _close_archive(old_key, old)
     return value
 
 
-def _archive_key(location: str, storage_options: dict | None) -> tuple[str, str]:
-    return location, json.dumps(storage_options or {}, sort_keys=True, default=str)
+def _lent() -> dict:
+    """This thread's archives lent by a caller (`lend_archive`), by key: never closed here."""
+    lent = getattr(_LOCAL, "lent", None)
+    if lent is None:
+        lent = _LOCAL.lent = {}
+    return lent
+
+
+def _close_archive(key: Any, archive: Any) -> None:
+    """Close an archive this thread opened and no longer caches (never a lent one)."""
+    if _lent().get(key) is archive:
+        return
+    try:
+        archive.close()
+    except Exception:  # an eviction must not fail the unit that caused it
+        pass
+
+
+def _archive_key(location: str, storage_options: dict | None, session: str | None = None) -> tuple[str, str, str]:
+    return location, json.dumps(storage_options or {}, sort_keys=True, default=str), session or ""
+
+
+def _open(location: str, storage_options: dict | None, session: str | None) -> Archive:
+    key = _archive_key(location, storage_options, session)
+    cache = _cache("archives")
+    if key not in cache:  # a new render call: the archives of earlier calls at this location are stale
+        for old_key in [k for k in cache if k[:2] == key[:2] and k[2] != key[2]]:
+            _close_archive(old_key, cache.pop(old_key))
+    return cached("archives", key, lambda: open_archive(location, storage_options=storage_options))
 
 
 def archive_for(unit: Any) -> Archive:
-    """The unit's archive, opened once per thread and refreshed when the unit needs newer frames."""
-    archive = cached("archives", _archive_key(unit.location, unit.storage_options),
-                     lambda: open_archive(unit.location, storage_options=unit.storage_options))
+    """The unit's archive, opened once per thread (and render call) and refreshed when the unit
+    needs newer frames."""
+    archive = _open(unit.location, unit.storage_options, getattr(unit, "session", None))
     if max(unit.frames) >= archive.n_frames:  # a live archive committed more since we opened it
         archive.refresh()
     return archive
 
 
-class lend_archive:
-    """Context manager: units naming `location` use the caller's open `archive` in this thread."""
+def warm_up(location: str, storage_options: dict | None, session: str | None, compile_model: bool) -> None:
+    """A pool worker's first task of a render call: open the archive and compile its model (cached
+    for the units), while the parent plans. Errors are left to the units, which raise them."""
+    try:
+        archive = _open(location, storage_options, session)
+        if compile_model:
+            bundle_model(archive)
+    except Exception:
+        pass
 
-    def __init__(self, archive: Archive, location: str, storage_options: dict | None):
-        self._key = _archive_key(location, storage_options)
+
+class lend_archive:
+    """Context manager: units naming `location` (and `session`) use the caller's open `archive` in
+    this thread."""
+
+    def __init__(self, archive: Archive, location: str, storage_options: dict | None, session: str | None = None):
+        self._key = _archive_key(location, storage_options, session)
         self._archive = archive
 
     def __enter__(self) -> None:
-        _cache("archives")[self._key] = self._archive
+        cache = _cache("archives")
+        old = cache.get(self._key)
+        if old is not None and old is not self._archive:
+            _close_archive(self._key, old)
+        cache[self._key] = self._archive
+        _lent()[self._key] = self._archive
 
     def __exit__(self, *exc) -> None:
-        _cache("archives").pop(self._key, None)
+        if _lent().get(self._key) is self._archive:
+            del _lent()[self._key]
+        cache = _cache("archives")
+        if cache.get(self._key) is self._archive:
+            del cache[self._key]
 
 
 def _model_key(unit: Any, archive: Archive) -> str:
