@@ -98,9 +98,9 @@ def test_cadence_exact_frame_times(tmp_path, output_fps, playback_speed, timeste
 
 def test_long_run_has_no_drift(tmp_path):
     """Float accumulation of time would drift; the step grid does not (1e5 steps, 3 frames per 50)."""
-    from mjarchive.record.recorder import _Cadence
+    from mjarchive.record.cadence import Cadence
 
-    cadence = _Cadence(30.0, 1.0, 0.002)
+    cadence = Cadence(30.0, 1.0, 0.002)
     t, due = 0.0, []
     for n in range(100_000):
         if cadence.advance(t):

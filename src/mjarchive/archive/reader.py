@@ -6,17 +6,14 @@ import collections
 import collections.abc
 import functools
 import re
-import threading
 from typing import Any
 
 import mujoco
 import numpy as np
 import zarr
-from zarr.core.array import AsyncArray
-from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.storage import StorePath
 
 from .bundle import ModelBundle
+from .documents import ArrayDocuments, open_array, parse_root
 from .sandbox import compile_untrusted
 from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from .format import (
@@ -24,9 +21,8 @@ from .format import (
     COMMIT_KEY,
     MAX_READ_CHUNKS,
     check_array,
-    check_codec_settings,
 )
-from .manifest import apply_commit_document, parse_root_attributes, reads_commit_document
+from .manifest import apply_commit_document, reads_commit_document
 from .overlays import Overlay, OverlayFrames
 from .variants import apply_variant, check_model_shapes, check_values, default_values
 from .store import open_root_document
@@ -54,7 +50,7 @@ class Archive:
         # One read and one parse of the root document (and, while live, of the commit document),
         # then of each array's document, checked against them (checks remembered by content).
         store, raw, doc = open_root_document(self.location, storage_options=self._storage_options)
-        parsed = _parse_root(raw, doc)
+        parsed = parse_root(raw, doc)
         self._commit_source = "root attributes"
         if reads_commit_document(parsed[0], parsed[2]):
             buf = store.read_now(COMMIT_KEY)
@@ -65,12 +61,12 @@ class Archive:
         self.__dict__.pop("_root", None)
         self.manifest, self._status, self._n_frames, self._n_events = manifest, status, n_frames, n_events
         self._root_raw = raw
-        self._arrays = _Arrays(self, [*manifest.per_frame_arrays(), "time"])
+        self._arrays = ArrayDocuments(self, [*manifest.per_frame_arrays(), "time"])
         for name in (*self._arrays, "world_id"):  # a damaged array's metadata is refused at open
             self._arrays[name]
         events = {}
         for field in manifest.variants:
-            found = {key: _open_array(store, key) for key in manifest.event_arrays(field)}
+            found = {key: open_array(store, key) for key in manifest.event_arrays(field)}
             for key in found:
                 if store.metadata_error(key) is not None:
                     raise FormatError(f"array {key!r} cannot be read safely: {store.metadata_error(key)}")
@@ -569,104 +565,6 @@ def _read_frames(arr: Any, frames: range | np.ndarray, w_sel: Any) -> np.ndarray
 
 # Parsed and validated metadata by the exact bytes it came from: reopening an archive (or another
 # with the same manifest) skips re-validating what cannot have changed. Results are immutable.
-_ROOT_CACHE: collections.OrderedDict = collections.OrderedDict()
-_ARRAY_CACHE: collections.OrderedDict = collections.OrderedDict()
-_CACHE_ENTRIES, _CACHE_DOC_BYTES = 32, 1 << 20
-
-
-_CACHE_LOCK = threading.Lock()  # archives may be opened from several threads (renders, viewers)
-
-
-def _cached(cache: collections.OrderedDict, raw: bytes, make: Any) -> Any:
-    if len(raw) > _CACHE_DOC_BYTES:
-        return make()
-    with _CACHE_LOCK:
-        value = cache.get(raw)
-        if value is not None:
-            cache.move_to_end(raw)
-            return value
-    value = make()  # raises (nothing cached) on invalid metadata
-    with _CACHE_LOCK:
-        cache[raw] = value
-        while len(cache) > _CACHE_ENTRIES:
-            cache.popitem(last=False)
-    return value
-
-
-def _parse_root(raw: bytes, doc: dict) -> tuple:
-    manifest, n_frames, status, n_events = _cached(_ROOT_CACHE, raw, lambda: parse_root_attributes(doc.get("attributes")))
-    return manifest, n_frames, status, dict(n_events)
-
-
-class _Arrays(collections.abc.Mapping):
-    """The archive's arrays by name, each opened from its own metadata document and checked against
-    the manifest when first used (opening an archive then costs one document read, not one per array)."""
-
-    def __init__(self, archive: Archive, names: list[str]):
-        self._archive, self._names, self._open = archive, names, {}
-
-    def __getitem__(self, name: str) -> Any:
-        arr = self._open.get(name)
-        if arr is None:
-            if name not in self._names and name != "world_id":
-                raise KeyError(name)
-            archive = self._archive
-            arr, raw = _open_array(archive._store, name, with_bytes=True)
-            problem = archive._store.metadata_error(name)
-            if problem is not None:  # what the CheckedStore would refuse at the first chunk, refused now
-                raise FormatError(f"array {name!r} cannot be read safely: {problem}")
-            key = (archive._root_raw, archive._n_frames, name, raw)  # all the checks depend on
-            with _CACHE_LOCK:
-                checked = key in _CHECKED
-            if not checked:
-                archive._check_array(name, arr)
-                _remember(_CHECKED, key)
-            self._open[name] = arr
-        return arr
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
-
-    def __iter__(self):
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
-_CHECKED: collections.OrderedDict = collections.OrderedDict()  # array checks passed, by what they depend on
-
-
-def _remember(cache: collections.OrderedDict, key: Any) -> None:
-    if sum(len(k) for k in key if isinstance(k, bytes)) <= 2 * _CACHE_DOC_BYTES:
-        with _CACHE_LOCK:
-            cache[key] = True
-            while len(cache) > 4 * _CACHE_ENTRIES:
-                cache.popitem(last=False)
-
-
-def _open_array(store: Any, name: str, *, with_bytes: bool = False) -> Any:
-    """A zarr array built from its metadata document (read once, through the CheckedStore); with
-    `with_bytes`, also the document's bytes."""
-    try:
-        found = store.read_json_now(f"{name}/zarr.json")
-    except (FileNotFoundError, NotADirectoryError):
-        found = None
-    if found is None:
-        raise FormatError(f"the archive is missing its {name!r} array")
-    raw, meta = found
-    if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
-        raise FormatError(f"{name!r} should be a Zarr v3 array")
-    check_codec_settings(meta, name)
-    try:
-        metadata = _cached(_ARRAY_CACHE, raw, lambda: ArrayV3Metadata.from_dict(dict(meta)))  # frozen: shareable
-        arr = zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, name)))
-    except Exception as exc:
-        raise FormatError(f"the metadata of array {name!r} is unreadable (its shape, chunk grid, codecs or data "
-                          f"type): {exc}") from None
-    return (arr, raw) if with_bytes else arr
-
-
 def _short(ids: Any) -> str:
     ids = list(ids)
     return str(ids) if len(ids) <= 12 else f"[{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))}] ({len(ids)} worlds)"

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 import mujoco
@@ -35,48 +34,11 @@ from .._errors import AppendError, BackendError, ClosedError, FormatError, MjArc
 from ..archive.manifest import TrackSpec
 from ..archive.writer import ArchiveWriter, as_bundle, create
 from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_host
+from .cadence import Cadence
 from .overlay_frames import block_overlays, select_overlays
 from .variants_capture import RecorderVariants, sim_model_kind
 
 __all__ = ["Recorder"]
-
-
-class _Cadence:
-    """Decides, per call, whether a frame is due (see the module docstring for the rule)."""
-
-    def __init__(self, output_fps: float, playback_speed: float, timestep: float):
-        if not output_fps > 0 or not playback_speed > 0 or not timestep > 0:
-            raise MjArchiveError("output_fps, playback_speed and the model timestep must be > 0")
-        self.timestep = float(timestep)
-        ratio = Fraction(playback_speed / (output_fps * timestep)).limit_denominator(10**6)
-        self.steps_per_frame = max(ratio, Fraction(1, 10**6))
-        self._p, self._q = self.steps_per_frame.numerator, self.steps_per_frame.denominator
-        self.clock: int | None = None  # monotonic step count
-        self._n0 = 0
-        self._last_m = 0
-        self._next_k = 0
-
-    def advance(self, t: float) -> bool:
-        """Update the clock from the batch time `t` (seconds); True when a frame is due now."""
-        if not math.isfinite(t):
-            raise AppendError(f"simulation time must be finite, got {t!r}")
-        m = round(t / self.timestep)
-        if self.clock is None:
-            self.clock = self._n0 = m
-        else:
-            self.clock += m - self._last_m if m >= self._last_m else max(m, 0)
-        self._last_m = m
-        rel = self.clock - self._n0
-        p, q = self._p, self._q  # r = p / q, in integers so the per-call check stays cheap
-        if rel < -((-self._next_k * p) // q):  # ceil(k * r)
-            return False
-        # Smallest k with ceil(k * r) > rel, i.e. k * r > rel.
-        self._next_k = (rel * q) // p + 1
-        return True
-
-    @property
-    def time(self) -> float:
-        return self.clock * self.timestep
 
 
 def _is_warp_data(data: Any) -> bool:
@@ -187,7 +149,7 @@ class Recorder:
                                      f"the writer's archive has {len(man.world_ids)} ({list(man.world_ids)})")
             self._nq, self._nmocap = man.layout.nq, man.layout.nmocap
             self._track_shapes = {t: man.tracks[t].shape for t in self._tracks}
-            self._cadence = _Cadence(man.output_fps or output_fps, man.playback_speed, man.timestep)
+            self._cadence = Cadence(man.output_fps or output_fps, man.playback_speed, man.timestep)
             if man.variants:  # its earlier events are unknown here: the first captured values are all written
                 self._variants = RecorderVariants(sim_model, self._sim_kind, None)
         else:
@@ -203,7 +165,7 @@ class Recorder:
             timestep = create_kwargs.pop("timestep", None) or mj_model.opt.timestep
             self._create_kwargs = dict(create_kwargs, output_fps=output_fps, playback_speed=playback_speed,
                                        dtype=dtype, timestep=timestep)
-            self._cadence = _Cadence(output_fps, playback_speed, timestep)
+            self._cadence = Cadence(output_fps, playback_speed, timestep)
             if create_kwargs.get("variant_fields"):  # the baseline is set when the archive is created
                 self._variants = RecorderVariants(sim_model, self._sim_kind, mj_model, create_kwargs["variant_fields"])
             if n_worlds is not None:
