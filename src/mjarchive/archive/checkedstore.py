@@ -309,7 +309,7 @@ class CheckedStore(WrapperStore):
     # them without a round trip through zarr's event loop thread (what dominates opening an archive).
     def read_now(self, key: str, byte_range: Any = None) -> Any:
         """`key`'s bytes (or a range of them) as a zarr Buffer once checked, None if absent."""
-        get_sync = getattr(self._store, "get_sync", None)
+        get_sync = self._sync("get_sync")
         if get_sync is not None:
             buf = get_sync(key, prototype=default_buffer_prototype(), byte_range=byte_range)
         else:
@@ -319,7 +319,7 @@ class CheckedStore(WrapperStore):
     def read_json_now(self, key: str) -> tuple[bytes, dict] | None:
         """Metadata document `key`, its bytes and parsed (once), after the size and depth checks;
         None if absent."""
-        get_sync = getattr(self._store, "get_sync", None)
+        get_sync = self._sync("get_sync")
         if get_sync is not None:
             buf = get_sync(key, prototype=default_buffer_prototype())
         else:
@@ -332,6 +332,12 @@ class CheckedStore(WrapperStore):
             raise FormatError(f"metadata document {key!r} is not a JSON object")
         return raw, meta
 
+    def _sync(self, method: str) -> Any:
+        """The wrapped store's synchronous `method` where it reads and writes files itself; None for a
+        wrapper (a caller's counting, caching or logging store must see every access, through zarr's
+        async methods)."""
+        return None if isinstance(self._store, WrapperStore) else getattr(self._store, method, None)
+
     def metadata_error(self, path: str) -> str | None:
         """Why array `path`'s metadata (as read through this store) cannot be read safely, or None."""
         info = self._state.arrays.get(path)
@@ -341,14 +347,14 @@ class CheckedStore(WrapperStore):
         """Whether read_chunk_now serves array `path` (a local store, codecs it decodes)."""
         info = self._state.arrays.get(path)
         return (info is not None and info.error is None and info.fast is not None
-                and getattr(self._store, "get_sync", None) is not None)
+                and self._sync("get_sync") is not None)
 
     def read_chunk_now(self, path: str, coords: tuple[int, ...], n_inner: int | None) -> np.ndarray | None:
         """Decode one chunk of array `path` (for a sharded array: inner chunk `n_inner` of shard
         `coords`) without zarr, checked as `get` checks it; None where the layout is not the one
         this fast path knows (the caller reads through zarr). Local stores only."""
         info = self._state.arrays.get(path)
-        get_sync = getattr(self._store, "get_sync", None)
+        get_sync = self._sync("get_sync")
         if info is None or info.error is not None or info.fast is None or get_sync is None:
             return None
         key = f"{path}/c{info.sep}{info.sep.join(map(str, coords))}"
@@ -387,7 +393,7 @@ class CheckedStore(WrapperStore):
     def write_now(self, key: str, data: bytes) -> None:
         """Replace `key` with `data` in one atomic store write."""
         value = default_buffer_prototype().buffer.from_bytes(data)
-        set_sync = getattr(self._store, "set_sync", None)
+        set_sync = self._sync("set_sync")
         if set_sync is not None:
             set_sync(key, value)
             if key == "zarr.json" or key.endswith("/zarr.json"):
