@@ -403,10 +403,11 @@ def _(out):
     return expected
 
 
-@case("transpose-order-not-a-permutation", rule="codecs", match="qpos",
-      note="transpose order [0, 0, 1] names axis 0 twice")
+@case("transpose-order-not-a-permutation", rule="codecs", match="transpose order",
+      note="transpose order [0, 0, 1] names axis 0 twice (qpos chunks removed: refused from its metadata alone)")
 def _(out):
     _broken(out)
+    shutil.rmtree(out / "qpos" / "c")  # undecodable either way; their bytes differ between numcodecs versions
     _edit_doc(out / "qpos" / "zarr.json", lambda d: d["codecs"][0]["configuration"]["codecs"][0]["configuration"]
               .__setitem__("order", [0, 0, 1]))
 
