@@ -171,6 +171,20 @@ class ArrayGatherer:
         drain_all(self)
 
 
+#: MjData fields MuJoCo allocates in its fixed buffer in every supported version (mjDATA_POINTERS,
+#: sized by the model); everything else (the arena's efc_*, contacts, islands, which older versions
+#: also carve out of the buffer's span) is read and checked at each frame.
+_BUFFER_FIELDS = frozenset({
+    "qpos", "qvel", "act", "qacc_warmstart", "plugin_state", "ctrl", "qfrc_applied", "xfrc_applied",
+    "mocap_pos", "mocap_quat", "qacc", "act_dot", "userdata", "sensordata", "xpos", "xquat", "xmat",
+    "xipos", "ximat", "xanchor", "xaxis", "geom_xpos", "geom_xmat", "site_xpos", "site_xmat", "cam_xpos",
+    "cam_xmat", "light_xpos", "light_xdir", "subtree_com", "cdof", "cinert", "ten_length",
+    "actuator_length", "actuator_velocity", "actuator_force", "qfrc_bias", "qfrc_passive",
+    "qfrc_actuator", "qfrc_smooth", "qacc_smooth", "qfrc_constraint", "qfrc_inverse", "cvel", "cacc",
+    "cfrc_int", "cfrc_ext", "subtree_linvel", "subtree_angmom", "actuator_moment",
+})
+
+
 class MjDataGatherer:
     """A sequence of MuJoCo `MjData` (one per world): the selected worlds' fields are copied into one
     host block of ``block_frames`` frames, handed to the sink (the writer's `append`, which validates,
@@ -226,7 +240,7 @@ class MjDataGatherer:
                     raise AppendError(f"MjData.{name} has shape {a.shape}; this archive stores {shape} per world")
                 dtypes[name] = a.dtype
                 addr = a.__array_interface__["data"][0]
-                fixed = fixed and a.flags.c_contiguous and span is not None and \
+                fixed = fixed and name in _BUFFER_FIELDS and a.flags.c_contiguous and span is not None and \
                     span[0] <= addr and addr + a.nbytes <= span[1]
                 per_field.append(a.reshape(-1))
             if fixed:  # in the buffer: the same memory for the MjData's lifetime
