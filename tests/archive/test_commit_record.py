@@ -20,6 +20,10 @@ W, NQ, CF = 3, 4, 4
 SCHEMA = json.loads((Path(__file__).parents[2] / "spec" / "commit-document.schema.json").read_text())
 
 
+def _create(path: Path, chunk_frames: int = CF):
+    return mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=chunk_frames)
+
+
 def _append(writer, start: int, stop: int, nq: int = NQ) -> None:
     q = deterministic_frames(start, stop, len(writer.world_ids), nq)
     writer.append((np.arange(start, stop) + 1) / 64.0, q)
@@ -36,7 +40,7 @@ def _commit_bytes(path: Path) -> bytes | None:
 
 def test_live_commits_write_only_the_commit_document(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF)
+    writer = _create(path)
     root_at_creation = (path / "zarr.json").read_bytes()
     assert b"\n" not in root_at_creation, "the root document is written compactly"
     with mjarchive.open(path) as reader:
@@ -76,7 +80,7 @@ def test_commit_document_size_does_not_depend_on_the_model(tmp_path):
 
 def test_resume_finalized_archive_sets_root_live_then_commits_in_the_document(tmp_path):
     path = tmp_path / "a.zarr"
-    with mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF) as w:
+    with _create(path) as w:
         _append(w, 0, 6)
     # A stale document (finalizing keeps the last live one; here one left behind by an older commit).
     (path / "_commit" / "zarr.json").write_text('{"zarr_format":3,"node_type":"group","attributes":'
@@ -99,7 +103,7 @@ def test_resume_finalized_archive_sets_root_live_then_commits_in_the_document(tm
 
 def test_crashed_live_archive_resumes_from_the_commit_document(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF)
+    writer = _create(path)
     _append(writer, 0, 10)
     writer.flush()  # then the process "dies": the writer is never closed
     resumed = mjarchive.open(path, mode="a")
@@ -114,7 +118,7 @@ def test_crashed_live_archive_resumes_from_the_commit_document(tmp_path):
 
 def test_format_1_0_archive_keeps_committing_in_its_root(tmp_path):
     path = tmp_path / "a.zarr"
-    with mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF) as w:
+    with _create(path) as w:
         _append(w, 0, 5)
     doc = json.loads((path / "zarr.json").read_bytes())
     doc["attributes"]["mjarchive"]["format_version"] = "1.0"
@@ -131,7 +135,7 @@ def test_format_1_0_archive_keeps_committing_in_its_root(tmp_path):
 
 def test_hostile_commit_document_is_refused_with_its_rule(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF)
+    writer = _create(path)
     _append(writer, 0, 5)
     writer.flush()
     good = _commit_bytes(path)
@@ -174,7 +178,7 @@ def test_direct_reads_equal_zarr_reads(tmp_path):
 @pytest.mark.parametrize("array", ["reset", "time", "world_id"])
 def test_open_refuses_damaged_array_metadata(tmp_path, array):
     path = tmp_path / "a.zarr"
-    with mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF) as w:
+    with _create(path) as w:
         _append(w, 0, 5)
     with mjarchive.open(path) as a:  # a warm open of the intact archive (its checks are remembered)
         assert a.n_frames == 5
@@ -185,7 +189,7 @@ def test_open_refuses_damaged_array_metadata(tmp_path, array):
 
 def test_a_reader_rereads_a_partly_filled_shard_that_a_flush_replaced(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=64)
+    writer = _create(path, chunk_frames=64)
     try:
         _append(writer, 0, 65)  # one full chunk, one partly filled (big enough to compress)
         writer.flush()
@@ -202,7 +206,7 @@ def test_a_reader_rereads_a_partly_filled_shard_that_a_flush_replaced(tmp_path):
 
 def test_opening_the_bundle_does_not_lower_the_committed_counts(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF)
+    writer = _create(path)
     try:
         _append(writer, 0, 2 * CF)
         writer.flush()
@@ -218,7 +222,7 @@ def test_opening_the_bundle_does_not_lower_the_committed_counts(tmp_path):
 
 def test_a_refused_refresh_keeps_the_last_accepted_record(tmp_path):
     path = tmp_path / "a.zarr"
-    writer = mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF)
+    writer = _create(path)
     try:
         _append(writer, 0, 5)
         writer.flush()
@@ -236,7 +240,7 @@ def test_a_refused_refresh_keeps_the_last_accepted_record(tmp_path):
 
 def test_open_refuses_metadata_the_checked_store_cannot_read(tmp_path):
     path = tmp_path / "a.zarr"
-    with mjarchive.create(path, ModelBundle.from_xml(hinge_chain_xml(NQ)), n_worlds=W, chunk_frames=CF) as w:
+    with _create(path) as w:
         _append(w, 0, 5)
     doc = json.loads((path / "qpos" / "zarr.json").read_bytes())
     inner = doc["codecs"][0]["configuration"]["codecs"]

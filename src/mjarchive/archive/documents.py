@@ -62,9 +62,6 @@ class ArrayDocuments(collections.abc.Mapping):
                 raise KeyError(name)
             archive = self._archive
             arr, raw = open_array(archive._store, name, with_bytes=True)
-            problem = archive._store.metadata_error(name)
-            if problem is not None:  # what the CheckedStore would refuse at the first chunk, refused now
-                raise FormatError(f"array {name!r} cannot be read safely: {problem}")
             key = (archive._root_raw, archive._n_frames, name, raw)  # all the checks depend on
             with _CACHE_LOCK:
                 checked = key in _CHECKED
@@ -108,6 +105,9 @@ def open_array(store: Any, name: str, *, with_bytes: bool = False) -> Any:
     if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
         raise FormatError(f"{name!r} should be a Zarr v3 array")
     check_codec_settings(meta, name)
+    problem = store.metadata_error(name)
+    if problem is not None:  # what the CheckedStore would refuse at the first chunk, refused now
+        raise FormatError(f"array {name!r} cannot be read safely: {problem}")
     try:
         metadata = _cached(_ARRAY_CACHE, raw, lambda: ArrayV3Metadata.from_dict(dict(meta)))  # frozen: shareable
         arr = zarr.Array(AsyncArray(metadata=metadata, store_path=StorePath(store, name)))

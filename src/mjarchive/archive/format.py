@@ -17,6 +17,7 @@ FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
 #: Format 1.1 commit record of a live archive: a group no track name can take (TRACK_NAME_RE), whose
 #: attribute COMMIT_ATTR holds the counts; the root attributes are written at creation and at finalize.
+VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")  # always fullmatch: `$` would accept a final "\n"
 COMMIT_GROUP = "_commit"
 COMMIT_ATTR = "mjarchive_commit"
 COMMIT_KEY = f"{COMMIT_GROUP}/zarr.json"
@@ -100,21 +101,25 @@ def check_track_name(name: str, reserved: frozenset[str] = RESERVED_ARRAYS | FEA
     return name
 
 
-def codec_names(codecs: Any) -> list[str]:
-    """Every codec name in a Zarr v3 codec list, including those nested inside sharding."""
-    names: list[str] = []
+def _codec_entries(codecs: Any) -> list[str | dict]:
+    """Every entry of a Zarr v3 codec list, including those nested inside sharding."""
+    entries: list[str | dict] = []
     for codec in codecs or ():
         if isinstance(codec, str):
-            names.append(codec)
+            entries.append(codec)
             continue
         if not isinstance(codec, dict):
             raise FormatError(f"malformed codec entry {codec!r}")
-        names.append(str(codec.get("name")))
+        entries.append(codec)
         config = codec.get("configuration") or {}
         if isinstance(config, dict):
-            names += codec_names(config.get("codecs"))
-            names += codec_names(config.get("index_codecs"))
-    return names
+            entries += _codec_entries(config.get("codecs")) + _codec_entries(config.get("index_codecs"))
+    return entries
+
+
+def codec_names(codecs: Any) -> list[str]:
+    """Every codec name in a Zarr v3 codec list, including those nested inside sharding."""
+    return [c if isinstance(c, str) else str(c.get("name")) for c in _codec_entries(codecs)]
 
 
 def check_array(array: Any, path: str, *, dtypes: frozenset[str] | set[str], ndim: int) -> None:
@@ -197,7 +202,7 @@ def parse_json_bytes(data: bytes, what: str) -> Any:
 
 def version_at_least(version: Any, minimum: tuple[int, int]) -> bool:
     """Whether `version` ("MAJOR.MINOR", untrusted) is a well-formed version at or above `minimum`."""
-    if type(version) is not str or not re.fullmatch(r"[0-9]{1,4}\.[0-9]{1,4}", version):
+    if type(version) is not str or not VERSION_RE.fullmatch(version):
         return False
     return tuple(int(p) for p in version.split(".")) >= minimum
 
@@ -206,8 +211,13 @@ def check_codec_settings(meta: dict, path: str) -> None:
     """The codec settings a generic Zarr library reads loosely, checked on the document as stored:
     `transpose` orders are permutations of the array's axes written as plain integers (zarr takes
     `true` for 1), and `bytes` is little-endian, as the spec writes it."""
+    codecs = meta.get("codecs")
+    if not isinstance(codecs, list):
+        return  # zarr refuses the document
     ndim = len(meta.get("shape") or ())
-    for codec in _codec_entries(meta.get("codecs")):
+    for codec in _codec_entries(codecs):
+        if isinstance(codec, str):
+            continue
         name, config = codec.get("name"), codec.get("configuration") or {}
         if name == "transpose":
             order = config.get("order") if isinstance(config, dict) else None
@@ -219,13 +229,3 @@ def check_codec_settings(meta: dict, path: str) -> None:
             raise FormatError(f"array {path!r} stores {config.get('endian')!r:.20}-endian bytes; the spec's arrays "
                               "are little-endian")
 
-
-def _codec_entries(codecs: Any) -> list[dict]:
-    out = []
-    for codec in codecs if isinstance(codecs, list) else ():
-        if isinstance(codec, dict):
-            out.append(codec)
-            config = codec.get("configuration")
-            if codec.get("name") == "sharding_indexed" and isinstance(config, dict):
-                out += _codec_entries(config.get("codecs")) + _codec_entries(config.get("index_codecs"))
-    return out

@@ -31,7 +31,6 @@ from .format import (
     MAX_JOINTS,
     MAX_MOCAP,
     MAX_NAME_CHARS,
-    parse_json_bytes,
     MAX_NQ,
     MAX_RATE,
     MAX_TRACK_ELEMENTS,
@@ -43,9 +42,12 @@ from .format import (
     ROOT_ATTR,
     STORAGE_DTYPES,
     TRACK_DTYPES,
+    VERSION_RE,
     as_int,
     check_array,
     check_track_name,
+    parse_json_bytes,
+    version_at_least,
 )
 
 
@@ -264,11 +266,7 @@ def read_manifest(root: Any) -> tuple[Manifest, int, str]:
 def read_commit(root: Any) -> tuple[Manifest, int, str, dict[str, int]]:
     """Parse a root group's attributes and, where the reader rule says so, its commit document
     (untrusted): (manifest, committed frames, status, committed variant events per field)."""
-    parsed = parse_root_attributes(root.attrs.asdict())
-    if not reads_commit_document(parsed[0], parsed[2]):
-        return parsed
-    buf = root.store_path.store.read_now(COMMIT_KEY)
-    return apply_commit_document(parsed, None if buf is None else buf.to_bytes())
+    return commit_record(parse_root_attributes(root.attrs.asdict()), root.store_path.store)[0]
 
 
 def parse_root_attributes(attrs: Any) -> tuple[Manifest, int, str, dict[str, int]]:
@@ -280,22 +278,26 @@ def parse_root_attributes(attrs: Any) -> tuple[Manifest, int, str, dict[str, int
 
 def uses_commit_document(manifest: Manifest) -> bool:
     """Format 1.1 and later commit live frames in the commit document; 1.0 in the root attributes."""
-    return tuple(int(p) for p in manifest.format_version.split(".")) >= (1, 1)
+    return version_at_least(manifest.format_version, (1, 1))
 
 
-def reads_commit_document(manifest: Manifest, status: str) -> bool:
-    """The reader rule: a finalized root (or a 1.0 archive) is the commit record; a live 1.1 root is
-    overridden by the commit document when there is one."""
-    return status == "live" and uses_commit_document(manifest)
+def commit_record(parsed: tuple[Manifest, int, str, dict[str, int]], store: Any) -> tuple[tuple, str]:
+    """The reader rule: `parsed` (the root attributes' manifest, n_frames, status, n_events) is the
+    commit record of a finalized root or a 1.0 archive; a live 1.1 root's counts are overridden by
+    the commit document when there is one. Returns the record and where it came from."""
+    if parsed[2] != "live" or not uses_commit_document(parsed[0]):
+        return parsed, "root attributes"
+    buf = store.read_now(COMMIT_KEY)
+    if buf is None:
+        return parsed, "root attributes (no commit document)"
+    return _apply_commit_document(parsed, buf.to_bytes()), "commit document"
 
 
-def apply_commit_document(parsed: tuple[Manifest, int, str, dict[str, int]],
-                          data: bytes | None) -> tuple[Manifest, int, str, dict[str, int]]:
-    """(manifest, n_frames, status, n_events) of a live 1.1 root, with the counts of the commit
-    document `data` (the bytes of `_commit/zarr.json`, None if absent) once checked against it."""
+def _apply_commit_document(parsed: tuple[Manifest, int, str, dict[str, int]],
+                           data: bytes) -> tuple[Manifest, int, str, dict[str, int]]:
+    """`parsed` with the counts of the commit document `data` (the bytes of `_commit/zarr.json`),
+    once checked against it."""
     manifest, root_frames, status, root_events = parsed
-    if data is None:
-        return parsed
     if len(data) > MAX_COMMIT_BYTES:
         _commit_fail("(document)", f"is {len(data)} bytes, above the limit of {MAX_COMMIT_BYTES}")
     try:
@@ -343,7 +345,6 @@ def _commit_fail(where: str, problem: str) -> NoReturn:
 
 
 # -- validation of untrusted root attributes (spec/README.md, "Root attributes") ---------------------
-_VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")  # always fullmatch: `$` would accept a final "\n"
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _PRODUCER_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: No name or informational string may contain these: C0 and C1 controls and DEL, the line and
@@ -416,7 +417,7 @@ def _check_format(d: Any) -> str:
     if type(d) is not dict or d.get("format") != FORMAT_NAME:
         raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
     version = d.get("format_version")
-    if type(version) is not str or not _VERSION_RE.fullmatch(version):
+    if type(version) is not str or not VERSION_RE.fullmatch(version):
         _fail("format_version", f"must be MAJOR.MINOR, 1-4 ASCII digits each and nothing else, found {version!r:.40}")
     major = int(version.split(".")[0])
     if major > FORMAT_MAJOR:

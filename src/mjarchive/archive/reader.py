@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import collections.abc
 import functools
 import re
 from typing import Any
@@ -18,11 +17,10 @@ from .sandbox import compile_untrusted
 from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from .format import (
     BUNDLE_GROUP,
-    COMMIT_KEY,
     MAX_READ_CHUNKS,
     check_array,
 )
-from .manifest import apply_commit_document, reads_commit_document
+from .manifest import commit_record
 from .overlays import Overlay, OverlayFrames
 from .variants import apply_variant, check_model_shapes, check_values, default_values
 from .store import open_root_document
@@ -50,13 +48,7 @@ class Archive:
         # One read and one parse of the root document (and, while live, of the commit document),
         # then of each array's document, checked against them (checks remembered by content).
         store, raw, doc = open_root_document(self.location, storage_options=self._storage_options)
-        parsed = parse_root(raw, doc)
-        self._commit_source = "root attributes"
-        if reads_commit_document(parsed[0], parsed[2]):
-            buf = store.read_now(COMMIT_KEY)
-            parsed = apply_commit_document(parsed, None if buf is None else buf.to_bytes())
-            self._commit_source = "root attributes (no commit document)" if buf is None else "commit document"
-        manifest, n_frames, status, n_events = parsed
+        (manifest, n_frames, status, n_events), self._commit_source = commit_record(parse_root(raw, doc), store)
         self._store, self._root_attrs = store, doc["attributes"]
         self.__dict__.pop("_root", None)
         self.manifest, self._status, self._n_frames, self._n_events = manifest, status, n_frames, n_events
@@ -67,9 +59,6 @@ class Archive:
         events = {}
         for field in manifest.variants:
             found = {key: open_array(store, key) for key in manifest.event_arrays(field)}
-            for key in found:
-                if store.metadata_error(key) is not None:
-                    raise FormatError(f"array {key!r} cannot be read safely: {store.metadata_error(key)}")
             manifest.check_event_arrays(field, found, n_events[field])
             events.update(found)
         self._event_arrays = events
@@ -563,8 +552,6 @@ def _read_frames(arr: Any, frames: range | np.ndarray, w_sel: Any) -> np.ndarray
     return np.asarray(arr.oindex[f_sel, w_sel])
 
 
-# Parsed and validated metadata by the exact bytes it came from: reopening an archive (or another
-# with the same manifest) skips re-validating what cannot have changed. Results are immutable.
 def _short(ids: Any) -> str:
     ids = list(ids)
     return str(ids) if len(ids) <= 12 else f"[{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))}] ({len(ids)} worlds)"

@@ -19,6 +19,7 @@ import zarr.codecs
 from .bundle import ModelBundle, QposLayout
 from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
 from .format import (
+    COMMIT_KEY,
     FORMAT_VERSION,
     MAX_CHUNK_BYTES,
     MAX_DECODED_CHUNK_BYTES,
@@ -28,7 +29,6 @@ from .format import (
     MAX_WORLD_ID,
     MAX_WORLDS,
     MIN_RATE,
-    COMMIT_KEY,
     ROOT_ATTR,
     STORAGE_DTYPES,
     check_array,
@@ -538,7 +538,7 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     for name, (tail, dt) in manifest.per_frame_arrays().items():
         _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
     create_event_arrays(root, manifest)
-    manifest = initial_commit(root, manifest)
+    write_root(root, manifest.to_dict(0, "live"))
     return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
                          max_pending_bytes=max_pending_bytes, model=mj_model)
 
@@ -605,14 +605,6 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
                           "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
                          max_pending_bytes=max_pending_bytes, n_events=n_events, root_status=root_status)
-
-
-def initial_commit(root: zarr.Group, manifest: Manifest) -> Manifest:
-    """Write the root attributes of a new archive (format 1.1: live frames are committed in the
-    commit document); returns the manifest as written."""
-    manifest = dataclasses.replace(manifest, format_version=FORMAT_VERSION)
-    write_root(root, manifest.to_dict(0, "live"))
-    return manifest
 
 
 def write_root(root: zarr.Group, attrs: dict) -> None:
