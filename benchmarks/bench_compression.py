@@ -54,7 +54,7 @@ import zarr.codecs
 import mjarchive
 from mjarchive.archive import format as format_module
 from mjarchive.archive import writer as writer_module
-from mjarchive.archive.shards import PCODEC
+from mjarchive.archive.storage.shard_writer import PCODEC
 
 MB = 1e6
 FPS = 30.0

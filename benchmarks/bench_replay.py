@@ -270,7 +270,7 @@ def raw_warp_loop(archive: Path, frames: int, size, device: str, batch: int):
 
 
 def bench_warp(w: Workload, archive: Path) -> None:
-    from mjarchive.replay.warp import batch_size
+    from mjarchive.replay.backends.warp import batch_size
 
     backend = f"warp:{w.warp_device}"
     n = w.warp_frames
@@ -313,7 +313,7 @@ def make_multi_archive(path: Path, worlds: int, frames: int) -> Path:
 def bench_warp_pack(w: Workload, tmp: Path) -> None:
     """The same per-world units, rendered packed (`_unit_results`: several worlds per launch,
     nworld = the default batch) and one unit per launch (`render_unit`, nworld = frames per unit)."""
-    from mjarchive.replay.warp import batch_size
+    from mjarchive.replay.backends.warp import batch_size
     from mjarchive.replay.render import UNIT_BYTES, RenderUnit, _unit_results, render_unit
 
     archive = make_multi_archive(tmp / "multi.mjarchive", w.pack_worlds, w.pack_frames)

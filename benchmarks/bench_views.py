@@ -156,7 +156,7 @@ def camera_poses(archive: Path, n: int, size: tuple[int, int]):
     per-frame (lookat x, y, z, azimuth) from `camera.track_path`, as `render` plans it."""
     import mujoco
 
-    from mjarchive.replay.camera import View, track_path
+    from mjarchive.replay.views.camera import View, track_path
     from mjarchive.replay.plan import resolve_cameras
 
     with mjarchive.open(archive) as a:
@@ -232,7 +232,7 @@ def bench_warp_content(w: Workload, archive: Path) -> dict[str, float]:
     import mujoco_warp as mjw
     import warp as wp
 
-    from mjarchive.replay.camera import view_pose
+    from mjarchive.replay.views.camera import view_pose
 
     n = w.warp_frames
     model, qpos, views, poses = camera_poses(archive, n, w.warp_size)
@@ -295,7 +295,7 @@ def bench_warp_cameras(w: Workload, archive: Path) -> dict[str, float]:
 # -- 2. scene layout ----------------------------------------------------------------------------------
 
 def bench_scene(w: Workload, archive: Path, tmp: Path) -> None:
-    from mjarchive.replay.scene import ScenePlan, derived_model
+    from mjarchive.replay.views.scene import ScenePlan, derived_model
 
     nw, n = w.scene_worlds, w.scene_frames
     kw = dict(frames=slice(0, n), size=w.scene_size, quality=w.quality, workers=1, progress=False, resume=False)

@@ -80,7 +80,7 @@ def test_cycle_finder_sees_direct_and_chained_circles():
 def test_graph_sees_lazy_and_relative_imports():
     graph = import_graph()
     assert "mjarchive.replay.render" in graph["mjarchive"]  # the lazy table counts as an import
-    assert "mjarchive.replay.worker" in graph["mjarchive.replay.warp"]  # `from . import worker`
+    assert "mjarchive.replay.worker" in graph["mjarchive.replay.backends.warp"]  # `from . import worker`
     assert "mjarchive.cli.demo" in graph["mjarchive.cli.main"]  # a function-level import
 
 

@@ -12,7 +12,7 @@ import sys as _sys
 if _sys.platform.startswith("linux") and not (_os.environ.get("DISPLAY") or _os.environ.get("WAYLAND_DISPLAY")):
     _os.environ.setdefault("MUJOCO_GL", "egl")
 
-from .archive.bundle import ModelBundle, QposLayout  # noqa: E402
+from .archive.bundle.model_bundle import ModelBundle, QposLayout  # noqa: E402
 from ._errors import (
     AppendError,
     ArchiveExistsError,

@@ -353,7 +353,7 @@ def test_from_spec_keeps_keyframes_of_an_edited_tree(humanoid_xml):
 
 def test_bundle_compiles_once_for_create_and_recorder(humanoid_xml, tmp_path, monkeypatch):
     import mjarchive
-    from mjarchive.archive import bundle as bundle_module
+    from mjarchive.archive.bundle import model_bundle as bundle_module
 
     calls = []
     real = bundle_module._compile_bytes
@@ -372,7 +372,7 @@ def test_bundle_compiles_once_for_create_and_recorder(humanoid_xml, tmp_path, mo
 
 
 def test_to_zarr_writes_what_zarr_writes(mug_xml, tmp_path):
-    from mjarchive.archive.bundle import _write_member
+    from mjarchive.archive.bundle.model_bundle import _write_member
 
     bundle = ModelBundle.from_file(mug_xml)
     bundle.to_zarr(zarr.open_group(tmp_path / "batched.zarr", mode="w"))

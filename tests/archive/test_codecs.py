@@ -13,7 +13,7 @@ import zarr.codecs
 
 import mjarchive
 from mjarchive import ModelBundle
-from mjarchive.archive.shards import ShardWriter
+from mjarchive.archive.storage.shard_writer import ShardWriter
 from mjarchive.testing import hinge_chain_xml
 from test_shards import stored_objects  # the same byte-for-byte comparison
 

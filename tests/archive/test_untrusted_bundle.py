@@ -19,8 +19,8 @@ import zarr
 
 import hostile
 import mjarchive
-from mjarchive.archive import sandbox
-from mjarchive.archive.compile_child import Refused, check_spec_files
+from mjarchive.archive.bundle import sandbox
+from mjarchive.archive.bundle.compile_child import Refused, check_spec_files
 from mjarchive.testing import OpenWatcher
 
 pytestmark = pytest.mark.skipif(not OpenWatcher.available(), reason="needs Linux inotify")

@@ -279,7 +279,7 @@ def test_plain_zarr_would_follow_a_symlinked_chunk(pristine, outside, tmp_path):
 
 
 def test_remove_partial_files_refuses_links_and_keeps_outside(pristine, outside, tmp_path):
-    from mjarchive.archive.store import remove_partial_files
+    from mjarchive.archive.storage.locations import remove_partial_files
 
     archive = _copy(pristine, tmp_path / "a.mjarchive")
     (archive / "qpos" / "zarr.0123456789abcdef0123456789abcdef.partial").write_bytes(b"x")
@@ -309,8 +309,8 @@ def test_every_read_method_of_the_checked_store_checks(pristine, tmp_path, metho
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    from mjarchive.archive.checkedstore import CheckedStore
-    from mjarchive.archive.safestore import SafeLocalStore
+    from mjarchive.archive.storage.checked import CheckedStore
+    from mjarchive.archive.storage.local import SafeLocalStore
 
     archive = _copy(pristine, tmp_path / "a.mjarchive")
     shard = archive / "qpos" / "c" / "0" / "0" / "0"
@@ -357,7 +357,7 @@ def test_checked_store_leaves_no_forwarded_read_path():
     adds a member fails here until someone decides whether it reads bytes (then override it)."""
     from zarr.storage import WrapperStore
 
-    from mjarchive.archive.checkedstore import CheckedStore
+    from mjarchive.archive.storage.checked import CheckedStore
 
     forwarded = {n for n in vars(WrapperStore) if not n.startswith("__")} - set(vars(CheckedStore))
     assert forwarded <= FORWARDED_WITHOUT_PAYLOAD, sorted(forwarded - FORWARDED_WITHOUT_PAYLOAD)

@@ -17,7 +17,7 @@ import pytest
 
 import mjarchive
 from mjarchive import Camera
-from mjarchive.replay.camera import View, project, track_path, view_pose
+from mjarchive.replay.views.camera import View, project, track_path, view_pose
 
 from _walkers import marker_centroids, walker_spec
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mjarchive import MjArchiveError
-from mjarchive.replay import hud as hud_module
-from mjarchive.replay.hud import CORNERS, HUD_FIELDS, Hud, draw_label, draw_text, format_lines, sanitize
+from mjarchive.replay.views import hud as hud_module
+from mjarchive.replay.views.hud import CORNERS, HUD_FIELDS, Hud, draw_label, draw_text, format_lines, sanitize
 
 TRACKS = ("reward", "qvel")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mjarchive import BackendError, MjArchiveError
-from mjarchive.replay.options import (FRAMES, KEYS, REFUSED, RENDER_FLAGS, VIS_FLAGS, SceneOptions, apply_cpu,
+from mjarchive.replay.views.options import (FRAMES, KEYS, REFUSED, RENDER_FLAGS, VIS_FLAGS, SceneOptions, apply_cpu,
                                       warp_render_kwargs)
 
 SIZE = (48, 64)

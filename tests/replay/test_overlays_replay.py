@@ -10,8 +10,8 @@ import pytest
 
 import mjarchive
 from mjarchive import Camera, Overlay
-from mjarchive.replay.camera import project, view_pose
-from mjarchive.replay.scene import ScenePlan
+from mjarchive.replay.views.camera import project, view_pose
+from mjarchive.replay.views.scene import ScenePlan
 
 SIZE = (96, 128)
 WORLDS = [2, 8]
@@ -119,7 +119,7 @@ def test_arrows_and_labels(run):
 
 
 def test_labels_are_cut_to_what_mujoco_holds_never_inside_a_character():
-    from mjarchive.replay.overlay_draw import LABEL_BYTES, _label
+    from mjarchive.replay.views.overlay_draw import LABEL_BYTES, _label
 
     assert _label("x" * 150) == "x" * LABEL_BYTES
     cut = _label("é" * 60)  # two bytes each: 49 fit
@@ -195,8 +195,8 @@ BODILESS_XML = """<mujoco><worldbody><light pos="0 0 3"/><geom type="plane" size
 def _painted(path, spec, plan, recipe_cameras=()):
     """What OverlayPainter adds to a scene of `plan` (copies of `spec`) at frame 0: the geoms' positions (n, 3)
     and labels, and the scene model and data it drew them for."""
-    from mjarchive.archive.compile_child import apply_recipe
-    from mjarchive.replay.overlay_draw import OverlayPainter
+    from mjarchive.archive.bundle.compile_child import apply_recipe
+    from mjarchive.replay.views.overlay_draw import OverlayPainter
 
     scene = apply_recipe(spec, plan.recipe(recipe_cameras)).compile()
     d = mujoco.MjData(scene)

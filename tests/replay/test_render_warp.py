@@ -151,7 +151,7 @@ def test_packed_batches_give_the_same_pixels_as_one_world_batches(multi_world_ar
 
 def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_batches, monkeypatch):
     from mjarchive.archive.reader import Archive
-    from mjarchive.replay.warp import pack, render_packed, unpack
+    from mjarchive.replay.backends.warp import pack, render_packed, unpack
     from mjarchive.replay.render import RenderUnit
 
     reads = []

@@ -12,8 +12,8 @@ import pytest
 
 import mjarchive
 from mjarchive import Camera
-from mjarchive.replay.camera import project, view_pose
-from mjarchive.replay.scene import ScenePlan
+from mjarchive.replay.views.camera import project, view_pose
+from mjarchive.replay.views.scene import ScenePlan
 
 from _walkers import marker_centroids, walker_spec
 
@@ -162,9 +162,9 @@ def test_scene_output_name_and_limits(run, tmp_path, humanoid_xml):
 
 
 def test_a_many_dof_robot_fills_a_64_world_scene_and_reserved_names_are_refused():
-    from mjarchive.archive.compile_child import Refused, apply_recipe
-    from mjarchive.archive.bundle import ModelBundle
-    from mjarchive.replay.scene import derived_model
+    from mjarchive.archive.bundle.compile_child import Refused, apply_recipe
+    from mjarchive.archive.bundle.model_bundle import ModelBundle
+    from mjarchive.replay.views.scene import derived_model
 
     chain = "".join(f'<body pos="0 0 .05"><joint type="hinge" axis="{"1 0 0" if i % 2 else "0 1 0"}"/>'
                     '<geom type="capsule" size=".01 .02"/>' for i in range(60)) + "</body>" * 60

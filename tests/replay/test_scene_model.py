@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from mjarchive._errors import BundleError, MjArchiveError, SelectionError
-from mjarchive.archive import sandbox
-from mjarchive.archive.bundle import ModelBundle, QposLayout
-from mjarchive.archive.compile_child import MAX_SCENE_COPIES, Refused, apply_recipe
-from mjarchive.replay.scene import (MAX_SCENE_WORLDS, ScenePlan, build_scene_model, derived_model,
+from mjarchive.archive.bundle import sandbox
+from mjarchive.archive.bundle.model_bundle import ModelBundle, QposLayout
+from mjarchive.archive.bundle.compile_child import MAX_SCENE_COPIES, Refused, apply_recipe
+from mjarchive.replay.views.scene import (MAX_SCENE_WORLDS, ScenePlan, build_scene_model, derived_model,
                                     with_replay_cameras)
 
 FREE, BALL = mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL

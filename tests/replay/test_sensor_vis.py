@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import mjarchive
-from mjarchive.replay.cpu import CpuRenderer, prepare_model
-from mjarchive.replay.options import SceneOptions
+from mjarchive.replay.backends.cpu import CpuRenderer, prepare_model
+from mjarchive.replay.views.options import SceneOptions
 
 SIZE = (48, 64)
 

@@ -26,7 +26,8 @@ from mjarchive import _fs
 from mjarchive.cli.main import main
 from mjarchive.replay import resume
 from mjarchive.replay.resume import LEDGER_NAME, json_depth, parse_ledger
-from mjarchive.replay.video import MAX_LABEL, camera_label, video_name
+from mjarchive.replay.video import video_name
+from mjarchive.replay.views.camera import MAX_LABEL, camera_label
 from mjarchive.testing import OpenWatcher, decode_video
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

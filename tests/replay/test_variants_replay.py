@@ -215,8 +215,8 @@ def _mask(rgb, colour, tol=60):
 
 def test_scene_copies_take_their_worlds_values(run, tmp_path, humanoid_xml):
     path, model, qpos, values = run
-    from mjarchive.archive.compile_child import apply_recipe
-    from mjarchive.replay.scene import ScenePlan
+    from mjarchive.archive.bundle.compile_child import apply_recipe
+    from mjarchive.replay.views.scene import ScenePlan
 
     plan = ScenePlan.grid(WORLDS, 2.0)
     cam = Camera.free(lookat=(0.0, 0.0, 1.0), distance=6.0, azimuth=90.0, elevation=-20.0)
@@ -379,10 +379,10 @@ _NAMED = {"geom": ("wbox", "ball", "stick", "pebble"), "site": ("wsite", "asite"
 
 
 def test_scene_layout_maps_every_copys_elements_by_name():
-    from mjarchive.archive.compile_child import apply_recipe
+    from mjarchive.archive.bundle.compile_child import apply_recipe
     from mjarchive.archive.variants import VARIANT_FIELDS, default_values, field_shape
-    from mjarchive.replay.scene import ScenePlan
-    from mjarchive.replay.variant_map import VariantLayout
+    from mjarchive.replay.views.scene import ScenePlan
+    from mjarchive.replay.views.variant_map import VariantLayout
 
     base = mujoco.MjModel.from_xml_string(_PARTS)
     plan = ScenePlan.grid([10, 20, 30], 3.0)
@@ -459,9 +459,9 @@ class _Renderer:
 
 
 def test_scene_spans_read_each_worlds_values_once_per_span(run, humanoid_xml):
-    from mjarchive.archive.compile_child import apply_recipe
-    from mjarchive.replay.scene import ScenePlan
-    from mjarchive.replay.variant_map import VariantSpans
+    from mjarchive.archive.bundle.compile_child import apply_recipe
+    from mjarchive.replay.views.scene import ScenePlan
+    from mjarchive.replay.views.variant_map import VariantSpans
 
     path, model, qpos, values = run
     plan = ScenePlan.grid(WORLDS, 2.0)
@@ -491,9 +491,9 @@ def test_scene_labels_are_placed_with_the_values_in_force_on_both_backends(tmp_p
     (whose renderer's model holds the values) and on Warp (whose renderer keeps the model's own)."""
     import importlib.util
 
-    from mjarchive.archive.compile_child import apply_recipe
+    from mjarchive.archive.bundle.compile_child import apply_recipe
     from mjarchive.replay import unit
-    from mjarchive.replay.scene import ScenePlan
+    from mjarchive.replay.views.scene import ScenePlan
 
     model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
     fovy = model.cam_fovy.copy()

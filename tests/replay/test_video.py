@@ -135,7 +135,7 @@ def test_grid_composer_places_tiles():
 
 
 def test_software_gl_prints_one_fast_quality_hint(arm_archive, tmp_path, capsys):
-    from mjarchive.replay.cpu import CpuRenderer, gl_renderer_name
+    from mjarchive.replay.backends.cpu import CpuRenderer, gl_renderer_name
 
     with mjarchive.open(arm_archive) as a, CpuRenderer(a.model(), (8, 8), "fast") as r:
         r.render()

@@ -690,7 +690,7 @@ def test_a_window_without_variants_or_overlays_reads_and_computes_nothing_more(h
 
 
 def test_overlay_frames_become_scene_primitives_with_the_grid_offsets(tmp_path):
-    from mjarchive.replay.overlay_draw import frame_primitives
+    from mjarchive.replay.views.overlay_draw import frame_primitives
 
     xml = tmp_path / "arm.xml"
     xml.write_text(ARM_XML)

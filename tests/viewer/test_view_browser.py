@@ -36,7 +36,7 @@ import mjarchive
 
 pytest.importorskip("viser", reason="the viewer needs viser (pip install 'mjarchive[view]')")
 
-from mjarchive.replay.scene import ScenePlan  # noqa: E402
+from mjarchive.replay.views.scene import ScenePlan  # noqa: E402
 from s3_server import s3_server, s3_url  # noqa: E402,F401  (pytest fixtures)
 from mjarchive.viewer.app import Viewer  # noqa: E402
 from mjarchive.viewer.request import is_loopback, parse_worlds  # noqa: E402

@@ -18,7 +18,7 @@ import mjarchive
 
 pytest.importorskip("viser", reason="the viewer needs viser (pip install 'mjarchive[view]')")
 
-from mjarchive.replay.scene import ScenePlan  # noqa: E402
+from mjarchive.replay.views.scene import ScenePlan  # noqa: E402
 from test_view_browser import _canvas, _changed, _input, _open, _save, _wait_status, browser, run  # noqa: E402,F401
 
 

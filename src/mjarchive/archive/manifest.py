@@ -9,7 +9,7 @@ import re
 from importlib import resources
 from typing import Any, NoReturn
 
-from .bundle import QposLayout
+from .bundle.model_bundle import QposLayout
 from .._errors import FormatError, FormatVersionError
 from .overlays import Overlay, check_overlays
 from .variants import MAX_FIELD_COUNT, MAX_VARIANT_EVENTS, VARIANT_FIELDS, VariantSpec, check_field_name

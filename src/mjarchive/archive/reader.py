@@ -11,9 +11,9 @@ import mujoco
 import numpy as np
 import zarr
 
-from .bundle import ModelBundle
+from .bundle.model_bundle import ModelBundle
 from .documents import ArrayDocuments, open_array, parse_root
-from .sandbox import compile_untrusted
+from .bundle.sandbox import compile_untrusted
 from .._errors import ClosedError, FormatError, MjArchiveError, SelectionError
 from .format import (
     BUNDLE_GROUP,
@@ -23,7 +23,7 @@ from .format import (
 from .manifest import commit_record
 from .overlays import Overlay, OverlayFrames
 from .variants import apply_variant, check_model_shapes, check_values, default_values
-from .store import open_root_document
+from .storage.locations import open_root_document
 from .verify import VerifyReport, verify_archive
 from .writer import open_writer
 

@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from .bundle import ModelBundle, QposLayout
+from .bundle.model_bundle import ModelBundle, QposLayout
 from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
 from .format import (
     COMMIT_KEY,
@@ -38,9 +38,9 @@ from .format import (
 from .events import VariantEvents, create_event_arrays, variant_specs
 from .manifest import Manifest, TrackSpec, commit_document, read_commit, uses_commit_document
 from .overlays import overlay_specs, pack_frames
-from .shards import ShardWriter
-from .shards import enabled as enabled_fast_shards
-from .store import create_root, open_root, remove_partial_files
+from .storage.shard_writer import ShardWriter
+from .storage.shard_writer import enabled as enabled_fast_shards
+from .storage.locations import create_root, open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -292,7 +292,7 @@ class ArchiveWriter:
     def variant_model(self) -> mujoco.MjModel:
         """The archive's model, for checking variant values against it (compiled once, sandboxed after a resume)."""
         if self._model is None:
-            from .sandbox import compile_untrusted
+            from .bundle.sandbox import compile_untrusted
 
             self._model = compile_untrusted(ModelBundle.from_zarr(self._root))
         return self._model

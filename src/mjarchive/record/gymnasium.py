@@ -34,7 +34,7 @@ from gymnasium.envs.mujoco import MujocoEnv
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv, VectorWrapper
 
 from .._errors import LayoutMismatchError, MjArchiveError
-from ..archive.bundle import QposLayout
+from ..archive.bundle.model_bundle import QposLayout
 from ..archive.writer import as_bundle
 from .recorder import Recorder
 

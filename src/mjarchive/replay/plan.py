@@ -22,11 +22,11 @@ import numpy as np
 from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import Archive
 from ..archive.variants import apply_variant
-from . import warp
-from .camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_view, framing_geoms,
-                     resolve, sample_indices, track_path)
-from .variant_map import KINEMATIC_FIELDS
-from .video import camera_label, grid_shape, video_name
+from .backends import warp
+from .views.camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_view, camera_label,
+                           framing_geoms, resolve, sample_indices, track_path)
+from .views.variant_map import KINEMATIC_FIELDS
+from .video import grid_shape, video_name
 from .worker import RenderUnit
 
 __all__ = ["LAYOUTS", "Output", "plan_units", "resolve_cameras", "attach_paths", "CPU_UNIT_FRAMES", "UNIT_BYTES"]

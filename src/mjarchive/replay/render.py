@@ -36,17 +36,18 @@ from .._errors import BackendError, BundleError, MjArchiveError
 from .._fs import OutputDir
 from ..archive.reader import Archive
 from ..archive.reader import open as open_archive
-from . import pool, warp
-from .camera import Camera, View
-from .cpu import QUALITIES
-from .hud import Hud, HudText
-from .options import SceneOptions
-from .overlay_draw import refuse_on_warp, select_overlays
+from . import pool
+from .backends import warp
+from .views.camera import Camera, View
+from .backends.cpu import QUALITIES
+from .views.hud import Hud, HudText
+from .views.options import SceneOptions
+from .views.overlay_draw import refuse_on_warp, select_overlays
 from .plan import CPU_UNIT_FRAMES, LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
 from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
-from ..archive.store import is_url, local_path
+from ..archive.storage.locations import is_url, local_path
 from .unit import render_unit
-from .variant_map import check_replay_model
+from .views.variant_map import check_replay_model
 from .video import GridComposer, VideoWriter
 from .worker import RenderUnit, UnitResult, bundle_model, lend_archive, warm_up
 
@@ -174,7 +175,7 @@ def _check_derived(archive: Archive, model: Any, recipe: dict | None, scene: Any
     this process): a scene that cannot be built fails once, clearly, before any worker starts."""
     if model is not None or recipe is None:
         return
-    from .scene import derived_model
+    from .views.scene import derived_model
 
     what = (f"the scene of {len(scene.world_ids)} copies of the archive's model" if scene is not None
             else "the archive's model with replay cameras")
@@ -199,7 +200,7 @@ def _caller_mjb(archive: Archive, model: Any, base: mujoco.MjModel, bundle: Any,
             raise MjArchiveError("this render needs a replay model derived from yours (a scene of several worlds, or "
                                  "Warp's replay cameras), and an MjModel no longer knows its XML: pass model= as an "
                                  "MJCF path, an MjSpec or a ModelBundle")
-        from .scene import derived_model
+        from .views.scene import derived_model
 
         rendered = derived_model(bundle, recipe, trusted=True)
     buf = np.empty(mujoco.mj_sizeModel(rendered), np.uint8)
@@ -318,7 +319,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     size = _check_size(size)
     options = SceneOptions.parse(scene)
     if backend != "cpu":
-        from .options import warp_render_kwargs
+        from .views.options import warp_render_kwargs
 
         warp_render_kwargs(options)  # refuse what Warp cannot draw before any work
     arch, owned = _open_archive(archive, storage_options)
@@ -333,7 +334,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         frame_idx = selected_frames(arch, sel, frames)
         plan = None
         if layout == "scene":
-            from .scene import ScenePlan
+            from .views.scene import ScenePlan
 
             plan = ScenePlan.grid(world_ids, spacing)
         replay_model, bundle = _base_model(arch, model)
@@ -582,7 +583,7 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
     size = _check_size(size)
     options = SceneOptions.parse(scene)
     if backend != "cpu":
-        from .options import warp_render_kwargs
+        from .views.options import warp_render_kwargs
 
         warp_render_kwargs(options)
     arch, owned = _open_archive(archive, storage_options)

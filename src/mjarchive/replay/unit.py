@@ -19,10 +19,10 @@ import copy
 import numpy as np
 
 from ..archive.variants import apply_variant
-from . import cpu, warp
-from .camera import View, project
-from .cpu import gl_renderer_name
-from .variant_map import KINEMATIC_FIELDS, VariantSpans
+from .backends import cpu, warp
+from .views.camera import View, project
+from .backends.cpu import gl_renderer_name
+from .views.variant_map import KINEMATIC_FIELDS, VariantSpans
 from .worker import RenderUnit, UnitResult, archive_for, model_for
 
 __all__ = ["render_unit"]
@@ -62,7 +62,7 @@ def render_unit(unit: RenderUnit) -> UnitResult:
         labels = _Labels(unit, archive, sel, renderer.model) if labelled else None
         painter = None
         if unit.overlays:
-            from .overlay_draw import OverlayPainter
+            from .views.overlay_draw import OverlayPainter
 
             painter = OverlayPainter(archive, unit.overlays, sel, unit.scene, renderer.model)
         for i in range(n):
@@ -103,7 +103,7 @@ class _Labels:
     the rendered ones; without, `model` must hold them (the CPU renderer's)."""
 
     def __init__(self, unit: RenderUnit, archive, sel, model, spans: VariantSpans | None = None):
-        from .hud import format_lines
+        from .views.hud import format_lines
 
         self._format = format_lines
         self.unit = unit
@@ -157,7 +157,7 @@ class _Labels:
         return d.cam_xpos[camera].copy(), d.cam_xmat[camera].reshape(3, 3).copy(), float(self.model.cam_fovy[camera])
 
     def draw(self, rgb: np.ndarray, i: int, qpos: np.ndarray, camera_pose) -> None:
-        from .hud import draw_label
+        from .views.hud import draw_label
 
         pos, xmat, fovy = camera_pose
         xy = project(self.anchors(qpos), pos, xmat, fovy, rgb.shape[:2])

@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import re
 from pathlib import Path
 import numpy as np
 
 from .._errors import BackendError, ClosedError
 from .._fs import check_name
+from .views.camera import camera_label
 
-__all__ = ["VideoWriter", "GridComposer", "video_name", "grid_shape", "camera_label"]
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
-#: Longest camera label in a file name (names come from the archive's model: hostile input).
-MAX_LABEL = 48
-
-
-def camera_label(name: str | None, camera_id: int) -> str:
-    """A flat, bounded, file-name-safe camera label: its name, `free` for the free camera, `camN`
-    if unnamed. A name that had to be changed (characters outside [A-Za-z0-9_.+-], or longer than
-    MAX_LABEL) gets a short hash of the original, so distinct names keep distinct files:
-    `../../x` -> `.._.._x-1a2b3c4d`."""
-    if camera_id < 0:
-        return "free"
-    if not name:
-        return f"cam{camera_id}"
-    safe = _UNSAFE.sub("_", name)
-    if safe != name or len(safe) > MAX_LABEL:
-        digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-        safe = f"{safe[:MAX_LABEL - 9]}-{digest}"
-    return safe
-
+__all__ = ["VideoWriter", "GridComposer", "video_name", "grid_shape"]
 
 def video_name(world_id: int | None, camera: str, episode: int | None = None, head: str = "grid") -> str:
     """`world-0042_cam-back.mp4`, `world-0042_cam-back_ep-003.mp4`, `grid_cam-back.mp4` or
@@ -41,8 +19,8 @@ def video_name(world_id: int | None, camera: str, episode: int | None = None, he
     (MjArchiveError otherwise)."""
     head = head if world_id is None else f"world-{int(world_id):04d}"
     tail = "" if episode is None else f"_ep-{int(episode):03d}"
-    if _UNSAFE.search(camera) or len(camera) > MAX_LABEL:
-        camera = camera_label(camera, 0)
+    if camera:
+        camera = camera_label(camera, 0)  # already a label: unchanged
     return check_name(f"{head}_cam-{camera}{tail}.mp4")
 
 

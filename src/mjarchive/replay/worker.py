@@ -197,7 +197,7 @@ def model_for(unit: Any, archive: Archive) -> mujoco.MjModel:
             return mujoco.MjModel.from_binary_path("model.mjb", {"model.mjb": unit.model_mjb})
     else:
         def make():
-            from .scene import derived_model
+            from .views.scene import derived_model
 
             return derived_model(archive.bundle, json.loads(unit.recipe), trusted=False)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._errors import BackendError, ClosedError, MjArchiveError, SelectionError
 from ..archive.reader import Archive, open as open_archive
-from ..replay.scene import ScenePlan
+from ..replay.views.scene import ScenePlan
 from .cameras import NO_BODY, BodyFollow, body_choices, home_view, move_home, set_initial
 from .drawing import COLOUR_FIELDS, GeomLayer, Part, not_shown, world_labels, world_looks
 from .frames import MAX_VIEW_WORLDS, FramePoses, PoseWindow

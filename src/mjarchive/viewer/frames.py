@@ -33,7 +33,7 @@ import numpy as np
 from .._errors import ClosedError, SelectionError
 from ..archive.overlays import OverlayFrames
 from ..archive.variants import VARIANT_FIELDS, apply_variant
-from ..replay.variant_map import KINEMATIC_FIELDS
+from ..replay.views.variant_map import KINEMATIC_FIELDS
 from .drawing import SHOWN_FIELDS
 
 __all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "POSE_FIELDS", "VARIANT_CACHE_PER_WORLD",

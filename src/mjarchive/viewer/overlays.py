@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..archive.overlays import Overlay, OverlayFrames
-from ..replay.overlay_draw import FramePrimitives, frame_primitives
+from ..replay.views.overlay_draw import FramePrimitives, frame_primitives
 from .geometry import unit_sphere
 
 __all__ = ["MAX_LABELS", "OverlayLayer"]

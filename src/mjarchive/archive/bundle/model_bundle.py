@@ -17,10 +17,10 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BundleError, FormatError, LayoutMismatchError, MjArchiveError, UnsafeBundleError
-from .bundle_checks import DIR_ATTRS, check_bundle_xml
+from ..._errors import BundleError, FormatError, LayoutMismatchError, MjArchiveError, UnsafeBundleError
+from .xml_checks import DIR_ATTRS, check_bundle_xml
 from .compile_child import Refused, check_spec_files
-from .format import BUNDLE_GROUP, as_int, check_array
+from ..format import BUNDLE_GROUP, as_int, check_array
 
 __all__ = ["ModelBundle", "QposLayout"]
 
@@ -326,7 +326,7 @@ class ModelBundle:
         file and renamed over its name, so a link planted at `model.xml` or an asset's name is
         replaced, never written through; a directory at one of those names is refused up front.
         """
-        from .._fs import OutputDir
+        from ..._fs import OutputDir
 
         names = [check_asset_name(name) for name in self.assets]
         if "model.xml" in names:

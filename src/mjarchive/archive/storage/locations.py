@@ -23,9 +23,9 @@ import zarr
 import zarr.storage
 from zarr.core.sync import sync
 
-from .._errors import ArchiveExistsError, ArchiveNotFoundError, FormatError, MjArchiveError
-from .checkedstore import CheckedStore
-from .safestore import SafeLocalStore, walk_files
+from ..._errors import ArchiveExistsError, ArchiveNotFoundError, FormatError, MjArchiveError
+from .checked import CheckedStore
+from .local import SafeLocalStore, walk_files
 
 __all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "open_root_document", "remove_partial_files"]
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, ClosedError
-from ..archive.variants import VARIANT_FIELDS, apply_variant, default_values
-from . import worker
-from .camera import View
+from ..._errors import BackendError, ClosedError
+from ...archive.variants import VARIANT_FIELDS, apply_variant, default_values
+from .. import worker
+from ..views.camera import View
 
 __all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name", "renderer_for"]
 
@@ -89,7 +89,7 @@ class CpuRenderer:
                 flags[flag] = 0
         self._option = mujoco.MjvOption()
         if options is not None:
-            from .options import apply_cpu
+            from ..views.options import apply_cpu
 
             apply_cpu(options, self._option, self.renderer.scene)
         self._fovy = float(self.model.vis.global_.fovy)

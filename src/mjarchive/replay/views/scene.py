@@ -17,10 +17,10 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BundleError, LayoutMismatchError, MjArchiveError, SelectionError
-from ..archive.bundle import QposLayout
-from ..archive.compile_child import MAX_SCENE_COPIES, REPLAY_NAME, Refused, apply_recipe
-from ..archive.sandbox import compile_untrusted
+from ..._errors import BundleError, LayoutMismatchError, MjArchiveError, SelectionError
+from ...archive.bundle.model_bundle import QposLayout
+from ...archive.bundle.compile_child import MAX_SCENE_COPIES, REPLAY_NAME, Refused, apply_recipe
+from ...archive.bundle.sandbox import compile_untrusted
 
 __all__ = ["MAX_SCENE_WORLDS", "REPLAY_NAME", "ScenePlan", "bodies_per_copy", "build_scene_model", "derived_model",
            "replay_elements", "with_replay_cameras"]

@@ -25,9 +25,9 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
-from .._errors import FormatError
+from ..._errors import FormatError
 from .chunk_layout import ZARR_V2_METADATA, ArrayInfo, cached_array_info, check_chunk
-from .format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES,
+from ..format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES,
                      MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth, parse_json_bytes,
                      version_at_least)
 

@@ -8,7 +8,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
-from .._errors import UnsafeBundleError
+from ..._errors import UnsafeBundleError
 from .compile_child import MAX_ARENA_BYTES
 
 __all__ = ["DIR_ATTRS", "check_bundle_xml", "check_xml_text"]

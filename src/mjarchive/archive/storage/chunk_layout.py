@@ -13,8 +13,8 @@ from typing import Any
 import numcodecs
 import numpy as np
 
-from .._errors import FormatError
-from .format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES
+from ..._errors import FormatError
+from ..format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES
 
 __all__ = ["ArrayInfo", "ZARR_V2_METADATA", "cached_array_info", "check_chunk"]
 

@@ -25,9 +25,9 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from .._errors import FormatError
-from .._fs import describe_mode
-from .format import MAX_JSON_BYTES
+from ..._errors import FormatError
+from ..._fs import describe_mode
+from ..format import MAX_JSON_BYTES
 
 __all__ = ["SafeLocalStore", "walk_files"]
 

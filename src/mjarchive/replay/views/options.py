@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, MjArchiveError
+from ..._errors import BackendError, MjArchiveError
 
 __all__ = ["SceneOptions", "apply_cpu", "warp_render_kwargs", "KEYS", "VIS_FLAGS", "RENDER_FLAGS", "FRAMES",
            "REFUSED"]

@@ -24,8 +24,8 @@ from typing import Any
 
 import mujoco
 
-from .._errors import BundleError
-from .bundle_checks import check_bundle_xml
+from ..._errors import BundleError
+from .xml_checks import check_bundle_xml
 
 __all__ = ["compile_untrusted", "COMPILE_TIMEOUT_S", "COMPILE_MEMORY_BYTES"]
 

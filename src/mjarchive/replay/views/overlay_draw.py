@@ -23,8 +23,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, SelectionError
-from ..archive.overlays import OverlayFrames
+from ..._errors import BackendError, SelectionError
+from ...archive.overlays import OverlayFrames
 from .scene import bodies_per_copy
 
 __all__ = ["FramePrimitives", "LABEL_BYTES", "MIN_ARROW", "OverlayPainter", "frame_primitives", "refuse_on_warp",

@@ -13,16 +13,18 @@ Warp backend as a camera added to the model whose pose is set per state from `vi
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mujoco
 import numpy as np
 
-from .._errors import MjArchiveError, SelectionError
+from ..._errors import MjArchiveError, SelectionError
 
-__all__ = ["Camera", "View", "view_pose", "project", "track_path", "auto_view", "KINDS"]
+__all__ = ["Camera", "View", "camera_label", "MAX_LABEL", "view_pose", "project", "track_path", "auto_view", "KINDS"]
 
 KINDS = ("model", "free", "track", "auto")
 #: Parameters each kind takes (besides `name` for model cameras and `body` for tracking ones).
@@ -37,6 +39,27 @@ AUTO_ELEVATION = -20.0
 #: Frames and worlds `Camera.auto()` samples to bound the selection's bodies.
 AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS = 32, 16
 _MAX_DISTANCE = 1e6
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
+#: Longest camera label in a file name (names come from the archive's model: hostile input).
+MAX_LABEL = 48
+
+
+def camera_label(name: str | None, camera_id: int) -> str:
+    """A flat, bounded, file-name-safe camera label: its name, `free` for the free camera, `camN`
+    if unnamed. A name that had to be changed (characters outside [A-Za-z0-9_.+-], or longer than
+    MAX_LABEL) gets a short hash of the original, so distinct names keep distinct files:
+    `../../x` -> `.._.._x-1a2b3c4d`."""
+    if camera_id < 0:
+        return "free"
+    if not name:
+        return f"cam{camera_id}"
+    safe = _UNSAFE.sub("_", name)
+    if safe != name or len(safe) > MAX_LABEL:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        safe = f"{safe[:MAX_LABEL - 9]}-{digest}"
+    return safe
 
 
 def _number(kind: str, key: str, value: Any, lo: float, hi: float, *, open_lo: bool = False) -> float:
@@ -237,9 +260,7 @@ class Camera:
 
     def label(self) -> str:
         """The file label: `free`, `auto`, `track-torso` (a hostile body name is made safe, see
-        `video.camera_label`); a model camera's label comes from the model's name for it."""
-        from .video import camera_label
-
+        `camera_label`); a model camera's label comes from the model's name for it."""
         if self.kind == "model":
             raise MjArchiveError("a model camera's label depends on the model: resolve it first")
         return self.kind if self.kind != "track" else "track-" + camera_label(self.body, 0)

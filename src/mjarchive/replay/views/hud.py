@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .._errors import MjArchiveError
+from ..._errors import MjArchiveError
 
 __all__ = ["HUD_FIELDS", "CORNERS", "Hud", "HudText", "format_lines", "draw_text", "draw_label", "font_size",
            "sanitize"]

@@ -29,13 +29,13 @@ from collections.abc import Iterable, Iterator
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, ClosedError
-from ..archive.variants import VARIANT_FIELDS, default_values
-from . import worker
-from .camera import View
+from ..._errors import BackendError, ClosedError
+from ...archive.variants import VARIANT_FIELDS, default_values
+from .. import worker
+from ..views.camera import View
 from .cpu import needs_tendon_stage
-from .scene import REPLAY_NAME
-from .variant_map import VariantSpans
+from ..views.scene import REPLAY_NAME
+from ..views.variant_map import VariantSpans
 
 __all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
            "unpack"]
@@ -118,7 +118,7 @@ class WarpRenderer:
         if options is not None:
             import inspect
 
-            from .options import warp_render_kwargs
+            from ..views.options import warp_render_kwargs
 
             # BackendError for what this Warp version cannot draw
             self._options = warp_render_kwargs(options, inspect.signature(mjw.create_render_context).parameters)

@@ -27,8 +27,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import BackendError, LayoutMismatchError
-from ..archive.variants import VARIANT_FIELDS, field_shape
+from ..._errors import BackendError, LayoutMismatchError
+from ...archive.variants import VARIANT_FIELDS, field_shape
 from .scene import replay_elements
 
 __all__ = ["VariantLayout", "VariantSpans", "check_replay_model", "layout_for", "KINEMATIC_FIELDS"]
