@@ -53,7 +53,7 @@ import zarr.codecs
 
 import mjarchive
 from mjarchive.archive import format as format_module
-from mjarchive.archive import writer as writer_module
+from mjarchive.archive import creation as creation_module
 from mjarchive.archive.storage.shard_writer import PCODEC
 
 MB = 1e6
@@ -236,7 +236,7 @@ def use(candidate: Candidate):
         root.create_array(name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks),
                           shards=(chunk_frames, shard_worlds, *tail_chunks), dtype=dtype,
                           dimension_names=("frame", "world", *dims), fill_value=0, **kw)
-    writer_module._create_frame_world_array = create_frame_world_array
+    creation_module._create_frame_world_array = create_frame_world_array
     if not candidate.tensorstore:  # the writer re-checks its arrays against the spec's codec list
         format_module.ALLOWED_CODECS = format_module.ALLOWED_CODECS | {PCODEC}
 

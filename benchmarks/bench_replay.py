@@ -313,8 +313,8 @@ def make_multi_archive(path: Path, worlds: int, frames: int) -> Path:
 def bench_warp_pack(w: Workload, tmp: Path) -> None:
     """The same per-world units, rendered packed (`_unit_results`: several worlds per launch,
     nworld = the default batch) and one unit per launch (`render_unit`, nworld = frames per unit)."""
-    from mjarchive.replay.backends.warp import batch_size
-    from mjarchive.replay.render import UNIT_BYTES, RenderUnit, _unit_results, render_unit
+    from mjarchive.replay.backends.warp import BACKEND as WARP
+    from mjarchive.replay.render import RenderUnit, _unit_results, render_unit
 
     archive = make_multi_archive(tmp / "multi.mjarchive", w.pack_worlds, w.pack_frames)
     backend = f"warp:{w.warp_device}"
@@ -323,8 +323,9 @@ def bench_warp_pack(w: Workload, tmp: Path) -> None:
         model = a.model()
         world_ids = list(a.world_ids)
     cam = model.camera(CAMERA).id
-    h, wd = w.warp_size  # the batch render() plans for this selection:
-    batch = min(batch_size(model, w.warp_size, w.warp_device), max(1, UNIT_BYTES["warp"] // (h * wd * 3)), n)
+    # the batch render() plans for this selection:
+    batch = WARP.states_per_launch(backend, model, w.warp_size, requested=None, copies=1, n_states=n,
+                                   budget=WARP.unit_bytes)
 
     def units(warp_batch: int) -> list:
         return [RenderUnit(str(archive), None, wid, cam, tuple(range(w.pack_frames)), w.warp_size, "fast", backend,

@@ -30,8 +30,8 @@ from ._errors import (
 from .archive.format import FORMAT_VERSION
 from .archive.manifest import Manifest, TrackSpec
 from .archive.overlays import Overlay, OverlayFrames
-from .archive.reader import Archive, Selection, VerifyReport, open
-from .archive.writer import ArchiveWriter, create
+from .archive.opening import open
+from .archive.reader import Archive, Selection, VerifyReport
 
 __version__ = "0.1.0"
 
@@ -61,16 +61,22 @@ def _route_mujoco_warnings() -> None:
 
 _route_mujoco_warnings()
 
-# Heavier parts (recorders, replay, video, Warp) load on first use, so `import mjarchive` stays
-# light and CPU-only code never imports Warp.
+# Heavier parts (the writer, recorders, replay, video, Warp) load on first use, so `import mjarchive`
+# stays light, a process that only reads never loads the writer, and CPU-only code never imports Warp.
 _LAZY = {
-    "Camera": ".replay.camera",
+    "ArchiveWriter": ".archive.writer",
+    "create": ".archive.writer",
+    "Camera": ".replay.views.camera",
     "Recorder": ".record.recorder",
     "render": ".replay.render",
     "iter_frames": ".replay.render",
     "close_pool": ".replay.render",
     "view": ".viewer.app",
 }
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def __getattr__(name: str):

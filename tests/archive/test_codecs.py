@@ -116,7 +116,7 @@ def test_hostile_transpose_order_is_refused(tmp_path, order):
 
 def test_archive_in_the_0_1_pipeline_reads_and_appends(tmp_path, monkeypatch):
     """Archives written with 0.1's bitshuffle, frame-major chunks keep reading and appending."""
-    from mjarchive.archive import writer
+    from mjarchive.archive import creation
 
     def old_pipeline(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds):
         itemsize = np.dtype(dtype).itemsize
@@ -130,7 +130,7 @@ def test_archive_in_the_0_1_pipeline_reads_and_appends(tmp_path, monkeypatch):
     nq = bundle.compile().nq
     qpos = np.cumsum(np.random.default_rng(1).normal(0, 0.01, (12, 2, nq)), axis=0).astype(np.float32)
     with monkeypatch.context() as m:
-        m.setattr(writer, "_create_frame_world_array", old_pipeline)
+        m.setattr(creation, "_create_frame_world_array", old_pipeline)
         with mjarchive.create(tmp_path / "a", bundle, n_worlds=2, chunk_frames=4) as w:
             w.append(np.arange(8) * 0.01, qpos[:8])
     with mjarchive.open(tmp_path / "a", mode="a") as w:

@@ -16,7 +16,7 @@ from zarr.core.sync import sync
 import mjarchive
 from mjarchive import ModelBundle
 from mjarchive.archive.storage.shard_writer import ShardWriter
-from mjarchive.archive.writer import _create_frame_world_array
+from mjarchive.archive.creation import _create_frame_world_array
 from mjarchive.testing import hinge_chain_xml
 
 

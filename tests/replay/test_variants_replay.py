@@ -492,7 +492,7 @@ def test_scene_labels_are_placed_with_the_values_in_force_on_both_backends(tmp_p
     import importlib.util
 
     from mjarchive.archive.bundle.compile_child import apply_recipe
-    from mjarchive.replay import unit
+    from mjarchive.replay.views.labels import SceneLabels
     from mjarchive.replay.views.scene import ScenePlan
 
     model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
@@ -508,13 +508,13 @@ def test_scene_labels_are_placed_with_the_values_in_force_on_both_backends(tmp_p
         w.set_variant(0, cam_fovy=fovy, body_pos=body_pos)  # the scene's first copy: its cameras are the views
         w.append(np.arange(2) * 0.02, qpos)
     poses = {}
-    draw = unit._Labels.draw
+    draw = SceneLabels.draw
 
     def record(self, rgb, i, q, camera_pose):
         poses.setdefault(self.unit.backend, []).append(camera_pose)
         return draw(self, rgb, i, q, camera_pose)
 
-    monkeypatch.setattr(unit._Labels, "draw", record)
+    monkeypatch.setattr(SceneLabels, "draw", record)
     backends = ["cpu"] + (["warp:cpu"] if importlib.util.find_spec("mujoco_warp") else [])
     for backend in backends:
         mjarchive.render(path, tmp_path / backend, layout="scene", cameras=[CAMERA], size=SIZE, quality="fast",

@@ -25,9 +25,8 @@ from .overlays import Overlay, OverlayFrames
 from .variants import apply_variant, check_model_shapes, check_values, default_values
 from .storage.locations import open_root_document
 from .verify import VerifyReport, verify_archive
-from .writer import open_writer
 
-__all__ = ["Archive", "Selection", "VerifyReport", "open"]
+__all__ = ["Archive", "Selection", "VerifyReport", "parse_selection"]
 
 _EVENT_CACHE_BYTES = 64 * 2**20  # decoded variant value chunks an Archive keeps
 _DIRECT_CHUNKS = 256  # (chunk, world) pieces up to which a read skips zarr
@@ -555,17 +554,6 @@ def _read_frames(arr: Any, frames: range | np.ndarray, w_sel: Any) -> np.ndarray
 def _short(ids: Any) -> str:
     ids = list(ids)
     return str(ids) if len(ids) <= 12 else f"[{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))}] ({len(ids)} worlds)"
-
-
-def open(location: Any, mode: str = "r", *, storage_options: dict | None = None, **writer_options: Any):
-    """Open an archive: mode 'r' → Archive (read-only), mode 'a' → ArchiveWriter that resumes appending."""
-    if mode == "r":
-        if writer_options:
-            raise MjArchiveError(f"unexpected options for reading: {sorted(writer_options)}")
-        return Archive(location, storage_options=storage_options)
-    if mode == "a":
-        return open_writer(location, storage_options=storage_options, **writer_options)
-    raise MjArchiveError(f"mode must be 'r' (read) or 'a' (append), got {mode!r}")
 
 
 _INT = r"[+-]?[0-9]+"

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import math
-import os
 import threading
 from collections import deque
 from typing import Any
@@ -14,33 +11,24 @@ from typing import Any
 import mujoco
 import numpy as np
 import zarr
-import zarr.codecs
 
-from .bundle.model_bundle import ModelBundle, QposLayout
+from .bundle.model_bundle import ModelBundle
 from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
+from .creation import as_bundle, build_archive, plan_archive, write_root
 from .format import (
     COMMIT_KEY,
     FORMAT_VERSION,
-    MAX_CHUNK_BYTES,
-    MAX_DECODED_CHUNK_BYTES,
-    MAX_CHUNK_FRAMES,
-    MAX_RATE,
     MAX_UNCOMMITTED_CHUNKS,
-    MAX_WORLD_ID,
-    MAX_WORLDS,
-    MIN_RATE,
     ROOT_ATTR,
-    STORAGE_DTYPES,
     check_array,
-    check_track_name,
     quantize,
 )
-from .events import VariantEvents, create_event_arrays, variant_specs
-from .manifest import Manifest, TrackSpec, commit_document, read_commit, uses_commit_document
-from .overlays import overlay_specs, pack_frames
+from .events import VariantEvents
+from .manifest import Manifest, commit_document, read_commit, uses_commit_document
+from .overlays import pack_frames
 from .storage.shard_writer import ShardWriter
 from .storage.shard_writer import enabled as enabled_fast_shards
-from .storage.locations import create_root, open_root, remove_partial_files
+from .storage.locations import open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -48,31 +36,6 @@ __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WOR
 DEFAULT_CHUNK_FRAMES = 512
 DEFAULT_SHARD_WORLDS = 256
 DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mjarchive")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def as_bundle(model: Any) -> ModelBundle:
-    """Accept a ModelBundle, an MJCF path or an MjSpec."""
-    if isinstance(model, ModelBundle):
-        return model
-    if isinstance(model, mujoco.MjSpec):
-        return ModelBundle.from_spec(model)
-    if isinstance(model, (str, os.PathLike)):
-        return ModelBundle.from_file(model)
-    if isinstance(model, mujoco.MjModel):
-        raise MjArchiveError(
-            "an MjModel cannot be bundled (it no longer knows its XML and files); pass the MJCF path, "
-            "the MjSpec or a ModelBundle instead"
-        )
-    raise MjArchiveError(f"cannot build a model bundle from {type(model).__name__}")
 
 
 class _Arrays:
@@ -480,110 +443,14 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     filled per frame with `append(..., overlays={...})`.
     """
     bundle = as_bundle(model)
-    if world_ids is None:
-        if n_worlds is None:
-            raise MjArchiveError("pass world_ids=[...] (original world IDs) or n_worlds=N")
-        world_ids = range(n_worlds)
-    world_ids = tuple(int(w) for w in np.asarray(list(world_ids)).ravel())
-    if (not world_ids or len(world_ids) > MAX_WORLDS or len(set(world_ids)) != len(world_ids) or min(world_ids) < 0
-            or max(world_ids) > MAX_WORLD_ID):
-        raise MjArchiveError(f"world_ids must be 1 to {MAX_WORLDS} distinct integers in [0, 2**63 - 1] (int64)")
-    if dtype not in STORAGE_DTYPES:
-        raise MjArchiveError(f"dtype must be one of {sorted(STORAGE_DTYPES)}, got {dtype!r}")
-    if precision is not None and not (precision > 0 and math.isfinite(precision)):
-        raise MjArchiveError("precision is an absolute error bound and must be > 0 (or None for lossless)")
-    if output_fps is not None and not MIN_RATE <= output_fps <= MAX_RATE or not MIN_RATE <= playback_speed <= MAX_RATE:
-        raise MjArchiveError(f"output_fps and playback_speed must be finite, in [{MIN_RATE:g}, {MAX_RATE:g}]")
-    if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, (int, np.integer)) or not 1 <= chunk_frames <= MAX_CHUNK_FRAMES:
-        raise MjArchiveError(f"chunk_frames must be an integer in [1, {MAX_CHUNK_FRAMES}]")
-    if isinstance(shard_worlds, bool) or not isinstance(shard_worlds, (int, np.integer)) or not 1 <= shard_worlds:
-        raise MjArchiveError("shard_worlds must be an integer >= 1")
-    chunk_frames, shard_worlds = int(chunk_frames), int(shard_worlds)
-    track_specs = {check_track_name(n): TrackSpec.parse(t) for n, t in (tracks or {}).items()}
-    overlay_decls = overlay_specs(overlays)
-    mj_model = bundle.compile()  # a copy of the model the bundle compiled when it was made: no compile here
-    layout = QposLayout.from_model(mj_model)
-    variant_decls = variant_specs(variant_fields, mj_model)
-    W = len(world_ids)
-    manifest = Manifest(
-        world_ids=world_ids, layout=layout, model_sha256=bundle.sha256,
-        timestep=float(timestep if timestep is not None else mj_model.opt.timestep),
-        output_fps=None if output_fps is None else float(output_fps), playback_speed=float(playback_speed),
-        dtype=dtype, abs_error=None if precision is None else quantize(np.zeros(1), precision)[1],
-        chunk_frames=chunk_frames, chunk_worlds=1, shard_worlds=shard_worlds, tracks=track_specs,
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        producer={"name": "mjarchive", "version": _version(), "backend": backend},
-        mujoco_version=mujoco.__version__,
-        format_version=FORMAT_VERSION,
-        variants=variant_decls, overlays=overlay_decls,
-    )
-    shard_worlds = min(W, _fit_shard_worlds(shard_worlds, chunk_frames, manifest.per_frame_arrays()))
-    manifest = dataclasses.replace(manifest, shard_worlds=shard_worlds)
-    try:  # never write what readers refuse (a camera name with a newline, a timestep of 1e-300, ...)
-        Manifest.from_dict(manifest.to_dict(0, "live"))
-    except FormatError as exc:
-        raise MjArchiveError(f"cannot record this model or these settings: {exc}") from None
-    # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
-    root = create_root(location, overwrite=overwrite, storage_options=storage_options)
-    bundle.to_zarr(root)
-    # write_empty_chunks: world_ids == [0] equals the fill value and would otherwise not be stored.
-    wid = root.create_array("world_id", shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
-                            compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
-                            config={"write_empty_chunks": True})
-    wid[:] = np.asarray(world_ids, dtype=np.int64)
-    root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
-                      compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)
-    for group in ("overlays", *(f"overlays/{n}" for n in overlay_decls)) if overlay_decls else ():
-        root.create_group(group)
-    for name, (tail, dt) in manifest.per_frame_arrays().items():
-        _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
-    create_event_arrays(root, manifest)
-    write_root(root, manifest.to_dict(0, "live"))
+    manifest, mj_model = plan_archive(
+        bundle, world_ids=world_ids, n_worlds=n_worlds, timestep=timestep, output_fps=output_fps,
+        playback_speed=playback_speed, dtype=dtype, precision=precision, tracks=tracks, chunk_frames=chunk_frames,
+        shard_worlds=shard_worlds, backend=backend, variant_fields=variant_fields, overlays=overlays)
+    root = build_archive(location, bundle, manifest, overwrite=overwrite, storage_options=storage_options)
     return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
                          max_pending_bytes=max_pending_bytes, model=mj_model)
 
-
-def _dimension_names(name: str, tail: tuple[int, ...]) -> tuple[str, ...]:
-    """Names of the trailing dimensions (after frame and world), as the spec lists them."""
-    fixed = {"qpos": ("q",), "mocap_pos": ("mocap", "xyz"), "mocap_quat": ("mocap", "wxyz")}
-    if name in fixed:
-        return fixed[name]
-    if name.startswith("overlays/"):
-        return (("item", "byte") if name.endswith("/text") else ("item", "coord"))[:len(tail)]
-    return tuple(f"{name}_{i}" for i in range(len(tail)))
-
-
-def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, per_frame: dict[str, tuple[tuple[int, ...], str]]) -> int:
-    """Shrink shards so no array's shard exceeds the spec's MAX_CHUNK_BYTES (readers refuse larger)."""
-    tails = {n: (max(1, math.prod(tail)), np.dtype(dt).itemsize) for n, (tail, dt) in per_frame.items()}
-    name, (values, itemsize) = max(tails.items(), key=lambda kv: kv[1][0] * kv[1][1])
-    per_world = chunk_frames * values * itemsize
-    if per_world > MAX_DECODED_CHUNK_BYTES:
-        raise MjArchiveError(
-            f"one world's chunk of {name!r} would be {per_world} bytes, above the spec's limit of "
-            f"{MAX_DECODED_CHUNK_BYTES}; use a smaller chunk_frames "
-            f"(at most {max(1, MAX_DECODED_CHUNK_BYTES // (values * itemsize))})"
-        )
-    return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world))
-
-
-def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:
-    """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
-    itemsize = np.dtype(dtype).itemsize
-    # Zarr chunk extents must be >= 1: a zero-length trailing axis (qpos of a model with nq = 0)
-    # gets extent 1 (spec: "Zero-length axes"); such an array has no chunks at all.
-    tail_chunks = tuple(max(1, t) for t in tail)
-    # Frames innermost (transpose), then byte shuffle: each value's high bytes, which change slowly
-    # in time, form long runs. On simulated motion that is 1.04-1.42x smaller than 0.1's bitshuffle
-    # in frame order, and blosc clevel 2 (zstd 3) compresses faster than clevel 3 for 1% more
-    # (benchmarks/bench_compression.py). A chunk without a trailing axis is a time series already.
-    filters = [zarr.codecs.TransposeCodec(order=(*range(1, 2 + len(tail)), 0))] if tail and itemsize > 1 else None
-    compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=2, shuffle="shuffle" if itemsize > 1 else "noshuffle",
-                                        typesize=itemsize)
-    root.create_array(
-        name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks), shards=(chunk_frames, shard_worlds, *tail_chunks),
-        dtype=dtype, filters=filters, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0,
-    )
 
 
 def open_writer(location: Any, *, storage_options: dict | None = None, check_finite: bool = True,
@@ -605,11 +472,3 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
                           "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
                          max_pending_bytes=max_pending_bytes, n_events=n_events, root_status=root_status)
-
-
-def write_root(root: zarr.Group, attrs: dict) -> None:
-    """Replace the root group's `zarr.json` in one atomic store write, as compact JSON (zarr's
-    indented JSON is 2-5 times larger: 345 KB instead of 69 KB for a flex model's joint list)."""
-    doc = root.metadata.to_dict()
-    doc["attributes"] = {**doc.get("attributes", {}), ROOT_ATTR: attrs}
-    root.store_path.store.write_now("zarr.json", json.dumps(doc, separators=(",", ":"), allow_nan=False).encode())

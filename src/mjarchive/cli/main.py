@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import parse_selection
+from ..replay.backends.registry import BACKENDS
 from .info import archive_info, format_info
 
 __all__ = ["main", "parse_range", "parse_size"]
@@ -64,7 +65,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _open(location: str, storage_options: dict | None = None):
-    from ..archive.reader import open as open_archive
+    from ..archive.opening import open as open_archive
 
     return open_archive(location, storage_options=storage_options)
 
@@ -195,7 +196,7 @@ def _add_selection(p: argparse.ArgumentParser, *, worlds_help: str, frames_help:
 def _add_render_look(p: argparse.ArgumentParser, *, size_default: tuple[int, int], quality_default: str) -> None:
     p.add_argument("--size", type=_arg_type(parse_size), default=size_default, metavar="HxW",
                    help=f"frame size in pixels, height x width (default {size_default[0]}x{size_default[1]})")
-    p.add_argument("--backend", choices=("cpu", "warp"), default="cpu",
+    p.add_argument("--backend", choices=tuple(BACKENDS), default="cpu",
                    help="cpu: mujoco.Renderer in worker processes; warp: MuJoCo Warp's batch renderer (default cpu)")
     p.add_argument("--quality", choices=("full", "fast"), default=quality_default,
                    help="full: the model's visual settings; fast: no shadows, reflections, skybox or "

@@ -30,12 +30,14 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from .._errors import AppendError, BackendError, ClosedError, FormatError, MjArchiveError
-from ..archive.manifest import TrackSpec
+from .._errors import AppendError, BackendError, ClosedError, MjArchiveError
 from ..archive.writer import ArchiveWriter, as_bundle, create
 from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_host
+from .block_sink import BlockSink
 from .cadence import Cadence
-from .overlay_frames import block_overlays, select_overlays
+from .overlay_frames import select_overlays
+from .recorder_args import (WarpFields, as_indices, check_first_shapes, match_writer, ordered_fields, scalar_time,
+                            track_specs)
 from .variants_capture import RecorderVariants, sim_model_kind
 
 __all__ = ["Recorder"]
@@ -104,7 +106,7 @@ class Recorder:
             tracks = (tracks,)
         self._tracks = tuple(tracks)
         self._track_args = dict(tracks) if isinstance(tracks, Mapping) else dict.fromkeys(tracks)
-        self._worlds_arg = None if worlds is None else _as_indices(worlds)
+        self._worlds_arg = None if worlds is None else as_indices(worlds)
         self._block_frames = None if block_frames is None else max(1, int(block_frames))
         self._ring_buffers = max(2, int(ring_buffers))
         self._closed = False
@@ -125,33 +127,19 @@ class Recorder:
                                  "variant_fields=('geom_rgba',)")
         self._sim_model = sim_model
         self._variants: RecorderVariants | None = None
-        self._seq_appended = 0  # gatherer paths: recorded frames handed to the writer
-        self._overlay_frames: dict[int, dict[str, Any]] = {}  # gatherer paths: seq -> overlays of frames in flight
+        self._sink: BlockSink | None = None  # gatherer paths: hands their blocks to the writer
         if isinstance(path_or_writer, ArchiveWriter):
             self._writer: ArchiveWriter | None = path_or_writer
             self._owns_writer = False
             man = path_or_writer.manifest
             self._location = path_or_writer.location
-            if not self._tracks:
-                self._tracks = tuple(man.tracks)  # every frame needs all of them
-            missing = [t for t in self._tracks if t not in man.tracks]
-            if missing:
-                raise MjArchiveError(f"tracks {missing} are not declared in the writer's archive "
-                                     f"(it has {sorted(man.tracks)}); create it with tracks={{...}}")
-            unnamed = sorted(set(man.tracks) - set(self._tracks))
-            if unnamed:
-                raise MjArchiveError(f"the writer's archive also has tracks {unnamed}, which every frame needs; "
-                                     f"pass tracks={sorted(man.tracks)} (or no tracks= to record all of them)")
-            if self._worlds_arg is None:
-                self._worlds_arg = np.asarray(man.world_ids, dtype=np.int64)
-            elif len(self._worlds_arg) != len(man.world_ids):
-                raise MjArchiveError(f"worlds={self._worlds_arg.tolist()} names {len(self._worlds_arg)} worlds, but "
-                                     f"the writer's archive has {len(man.world_ids)} ({list(man.world_ids)})")
+            self._tracks, self._worlds_arg = match_writer(man, self._tracks, self._worlds_arg)
             self._nq, self._nmocap = man.layout.nq, man.layout.nmocap
             self._track_shapes = {t: man.tracks[t].shape for t in self._tracks}
             self._cadence = Cadence(man.output_fps or output_fps, man.playback_speed, man.timestep)
             if man.variants:  # its earlier events are unknown here: the first captured values are all written
                 self._variants = RecorderVariants(sim_model, self._sim_kind, None)
+            self._sink = BlockSink(path_or_writer, None if self._variants is None else self._variants.log)
         else:
             self._writer = None
             self._owns_writer = True
@@ -160,7 +148,7 @@ class Recorder:
             self._bundle = as_bundle(model)
             mj_model = self._bundle.compile()
             self._nq, self._nmocap = mj_model.nq, mj_model.nmocap
-            self._track_specs = _track_specs(mj_model, self._track_args, dtype)
+            self._track_specs = track_specs(mj_model, self._track_args, dtype)
             self._track_shapes = {t: spec.shape for t, spec in self._track_specs.items()}
             timestep = create_kwargs.pop("timestep", None) or mj_model.opt.timestep
             self._create_kwargs = dict(create_kwargs, output_fps=output_fps, playback_speed=playback_speed,
@@ -239,7 +227,7 @@ class Recorder:
         self._start(len(batch), "mujoco")
         if self._gatherer is None and self._variants is None:
             self._gatherer = MjDataGatherer(batch, self._sel, self._field_shapes(), block_frames=self._block(True),
-                                            sink=self._append_block)
+                                            sink=self._sink.append_block)
         self._last_data, self._mj_batch = data, batch
         return self._record_mjdata(batch, reset, time, overlays)
 
@@ -292,7 +280,7 @@ class Recorder:
                                  "variant_fields=('geom_rgba', ...)")
         known = self.world_ids if self._writer is not None else (
             None if self._worlds_arg is None else tuple(self._worlds_arg.tolist()))
-        appended = self.frames_recorded if self._gatherer is None else self._seq_appended
+        appended = self.frames_recorded if self._gatherer is None else self._sink.appended
         self._variants.set_variant(self._writer, known, world_ids, frame, fields, appended=appended,
                                    recorded=self.frames_recorded)
 
@@ -313,7 +301,7 @@ class Recorder:
             if self._gatherer is not None:
                 self._gatherer.drain_all()
             if self._variants is not None and self._writer is not None:  # events set for frames never recorded
-                appended = self.frames_recorded if self._gatherer is None else self._seq_appended
+                appended = self.frames_recorded if self._gatherer is None else self._sink.appended
                 self._variants.log.emit(self._writer, appended, None)
         finally:
             self._closed = True
@@ -386,6 +374,7 @@ class Recorder:
                               tracks=self._track_specs, **self._create_kwargs)
         if self._variants is not None:
             self._variants.created(self._writer)
+        self._sink = BlockSink(self._writer, None if self._variants is None else self._variants.log)
 
     def _accumulate_reset(self, reset: Any) -> None:
         if reset is None:
@@ -411,7 +400,7 @@ class Recorder:
             self._gatherer = WarpGatherer(data, self._sel, nq=self._nq, nmocap=self._nmocap,
                                           tracks=self._track_shapes,
                                           block_frames=self._block(not data.qpos.device.is_cuda),
-                                          ring_buffers=self._ring_buffers, sink=self._append_block,
+                                          ring_buffers=self._ring_buffers, sink=self._sink.append_block,
                                           variant_model=self._sim_model if captures else None,
                                           variant_shapes=self._variants.shapes(self._writer) if captures else None)
             if self._gatherer.variants_missing:  # set_variant can record them: warned once, not refused
@@ -426,7 +415,7 @@ class Recorder:
                 self._gatherer.accumulate_reset(reset)
             else:
                 self._accumulate_reset(reset)
-        t = self._gatherer.read_time(data) if time is None else _scalar_time(time)
+        t = self._gatherer.read_time(data) if time is None else scalar_time(time)
         return self._gather_if_due(data, t, overlays)
 
     def _record_arrays(self, data: Any, arrays: dict[str, Any], reset: Any, time: Any, overlays: Any) -> bool:
@@ -449,17 +438,17 @@ class Recorder:
                 raise AppendError(f"qpos is a {type(arrays['qpos']).__module__}.{type(arrays['qpos']).__name__}; "
                                   "record() takes NumPy, JAX, torch, CuPy or Warp arrays")
             if library == "warp":  # Warp arrays go through the mujoco_warp gatherer (kernels, pinned ring)
-                return self._record_warp(_WarpFields(arrays), reset, time, overlays, backend or "warp")
+                return self._record_warp(WarpFields(arrays), reset, time, overlays, backend or "warp")
             if self._sim_kind is not None:
                 raise BackendError(f"sim_model captures variants from MjData or mujoco_warp Data, not {library} "
                                    "arrays; record the values with rec.set_variant(world_ids, field=...)")
             if gatherer is not None:  # a Warp gatherer: _start names the mismatch
                 self._start(self._nworld, backend or library)
-            self._start(self._check_first_shapes(arrays), backend or library)
+            self._start(check_first_shapes(arrays, self._field_shapes()), backend or library)
             gatherer = self._gatherer = ArrayGatherer(
                 library, arrays, self._sel, block_frames=self._block(on_host(library, arrays)),
                 ring_buffers=self._ring_buffers,
-                sink=self._append_block)
+                sink=self._sink.append_block)
             self._gatherer_fields = set(arrays)
         elif (backend or gatherer.library) != self._kind:
             self._start(self._nworld, backend or gatherer.library)  # raises: one kind of data per Recorder
@@ -469,13 +458,13 @@ class Recorder:
                 gatherer.accumulate_reset(reset)
             else:
                 self._accumulate_reset(reset)
-        return self._gather_if_due(arrays, _scalar_time(time), overlays)
+        return self._gather_if_due(arrays, scalar_time(time), overlays)
 
     def _gather_if_due(self, source: Any, t: float, overlays: Any) -> bool:
         if not self._cadence.advance(t):
             return False
         if overlays:
-            self._keep_overlays(overlays)
+            self._sink.keep_overlays(overlays, self._sel, self._nworld, self.frames_recorded)
         if self._reset_pending:
             host_reset = self._reset_acc[self._sel]
             self._reset_acc[:] = False
@@ -499,126 +488,4 @@ class Recorder:
     def _ordered_fields(self, arrays: dict[str, Any]) -> dict[str, Any]:
         if arrays.keys() == self._gatherer_fields:
             return arrays  # the gatherer checks types, shapes and dtypes
-        shapes = self._field_shapes()
-        unknown = sorted(arrays.keys() - shapes.keys())
-        if unknown:
-            raise AppendError(f"unknown fields {unknown}: record() takes {sorted(shapes)} (declare tracks when "
-                              "creating the Recorder: tracks=(...))")
-        missing = [name for name in shapes if arrays.get(name) is None]
-        if missing:
-            raise AppendError(f"record() needs {missing} for every frame, each of shape (nworld, ...); "
-                              f"per-world shapes: { {n: shapes[n] for n in missing} }")
-        return {name: arrays[name] for name in shapes}
-
-    def _check_first_shapes(self, arrays: dict[str, Any]) -> int:
-        nworld = int(arrays["qpos"].shape[0]) if len(arrays["qpos"].shape) else 0
-        for name, shape in self._field_shapes().items():
-            got = tuple(arrays[name].shape)
-            if got != (nworld, *shape):
-                raise AppendError(f"{name} has shape {got}; expected (nworld, {', '.join(map(str, shape))}) "
-                                  f"= {(nworld, *shape)} for this model")
-        if nworld < 1:
-            raise AppendError("qpos has no worlds (its leading dimension is 0)")
-        return nworld
-
-    def _keep_overlays(self, overlays: Mapping) -> None:
-        """Gatherer paths: check and copy a recorded frame's overlays until its block is appended."""
-        declared = self._writer.manifest.overlays
-        values = select_overlays(overlays, declared, self._sel, self._nworld, copy=True)
-        frame = self._writer.n_frames + self.frames_recorded - self._seq_appended
-        for name, value in values.items():  # refused now, at the call that gave them, not at the block
-            declared[name].pack(name, value, len(self._sel), frame)
-        self._overlay_frames[self.frames_recorded] = values
-
-    def _append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray,
-                      captured: Sequence = ()) -> None:
-        """The gatherers' sink. A block the writer refuses (a NaN, say) keeps its good frames, as the
-        MjData path keeps every frame but the bad one; the first refusal (naming the frame and world)
-        is raised after them. `captured`: the block's variant captures, (frame in block, selection
-        positions, values). Each event reaches the writer just before its frame: the block is
-        appended in parts split at the frames that carry events (one part when none do)."""
-        s0, n = self._seq_appended, len(times)
-        self._seq_appended = s0 + n
-        log = None if self._variants is None else self._variants.log
-        if log is not None:
-            for j, pos, values in captured:
-                log.add(s0 + j, pos, values, captured=True)
-        overlays = block_overlays(self._overlay_frames, s0, n) if self._overlay_frames else None
-        cuts = (0, n) if log is None else log.cuts(s0, n)
-
-        def append(part: slice) -> None:
-            one = None if overlays is None else {k: v[part] for k, v in overlays.items()}
-            self._writer.append(times[part], reset=reset[part], overlays=one, **{k: f[part] for k, f in fields.items()})
-
-        first: AppendError | None = None
-        for a, b in zip(cuts, cuts[1:]):
-            try:
-                if log is not None:
-                    log.emit(self._writer, s0 + a, s0 + a + 1)
-            except AppendError as exc:  # the frames are still appended
-                first = first or exc
-            try:
-                append(slice(a, b))
-            except AppendError as exc:
-                first = first or exc
-                for i in range(a, b):  # frame by frame: every good frame is kept
-                    try:
-                        append(slice(i, i + 1))
-                    except AppendError:
-                        pass
-        if first is not None:
-            raise AppendError(f"{first} (detected when the block of {n} recorded frames holding it was checked "
-                              "on its hand-off to the writer: that frame may have come from an earlier call "
-                              "than this one)") from None
-
-
-class _WarpFields:
-    """Named Warp arrays seen as the mujoco_warp Data the Warp gatherer reads."""
-
-    def __init__(self, arrays: dict[str, Any]):
-        self.__dict__.update(arrays)
-        self.nworld = int(arrays["qpos"].shape[0])
-
-
-def _scalar_time(time: Any) -> float:
-    """The batch time: a number, or world 0's entry of a per-world time array of any library."""
-    if type(time) is float:
-        return time
-    if getattr(time, "ndim", 0):
-        time = time[0]
-    try:
-        return float(time)
-    except (TypeError, ValueError):
-        raise AppendError(f"time must be a number of seconds (or a per-world array), got {type(time).__name__}") from None
-
-
-def _as_indices(worlds: Any) -> np.ndarray:
-    sel = np.atleast_1d(np.asarray(worlds))
-    if sel.ndim != 1 or sel.size == 0 or sel.dtype.kind not in "iu" or len(set(sel.tolist())) != sel.size:
-        raise MjArchiveError(f"worlds must be a non-empty list of distinct world indices, got {worlds!r}")
-    return sel.astype(np.int64)
-
-
-def _track_specs(model: mujoco.MjModel, tracks: dict[str, Any], dtype: str) -> dict[str, TrackSpec]:
-    """Each track's TrackSpec: given explicitly (a shape, or (shape, dtype)), else the per-world shape
-    of the MjData field of that name (qvel → (nv,), xpos → (nbody, 3)) in the recorder's dtype."""
-    data = mujoco.MjData(model)
-    specs = {}
-    for name, spec in tracks.items():
-        if name in ("qpos", "mocap_pos", "mocap_quat", "time", "reset"):
-            raise MjArchiveError(f"{name!r} cannot be a track: qpos, mocap, time and reset are always recorded")
-        if spec is not None:
-            try:
-                specs[name] = TrackSpec.parse(spec)
-            except (FormatError, TypeError, ValueError) as exc:
-                raise MjArchiveError(f"track {name!r}: {exc}; give a shape such as () or (3,), or (shape, dtype)") from None
-            continue
-        if not hasattr(data, name):
-            raise MjArchiveError(f"track {name!r} is not an MjData array field that can be recorded as a track; try "
-                                 "e.g. 'qvel', 'ctrl', 'act', 'sensordata', or give its shape: tracks={'reward': ()}")
-        value = getattr(data, name)
-        if not isinstance(value, np.ndarray) or value.size == 0:
-            raise MjArchiveError(f"track {name!r} is empty or not an array for this model (size 0); "
-                                 "drop it from tracks")
-        specs[name] = TrackSpec(tuple(value.shape), dtype)
-    return specs
+        return ordered_fields(arrays, self._field_shapes())

@@ -1,7 +1,7 @@
 """Planning a render: which videos, seen through which cameras, made of which work units.
 
 Runs in the process that encodes. It resolves the requested cameras against the replay model
-(`camera.View`s for free, tracking and auto cameras), cuts each video's frames into units that
+(`views.camera.View`s for free, tracking and auto cameras), cuts each video's frames into units that
 never cross a stored chunk (nor, in per-world videos, a change of the world's model variants),
 and, for tracking cameras, computes the camera path of every video in frame order
 (`attach_paths`, posed with the variants in force), so smoothing never depends on how the work is
@@ -22,20 +22,16 @@ import numpy as np
 from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import Archive
 from ..archive.variants import apply_variant
-from .backends import warp
+from .backends.registry import backend_for
 from .views.camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_view, camera_label,
                            framing_geoms, resolve, sample_indices, track_path)
 from .views.variant_map import KINEMATIC_FIELDS
 from .video import grid_shape, video_name
 from .worker import RenderUnit
 
-__all__ = ["LAYOUTS", "Output", "plan_units", "resolve_cameras", "attach_paths", "CPU_UNIT_FRAMES", "UNIT_BYTES"]
+__all__ = ["LAYOUTS", "Output", "plan_units", "resolve_cameras", "attach_paths", "unit_frames"]
 
 LAYOUTS = ("per-world", "grid", "scene")
-#: Pixel bytes one unit returns at most (bounds the parent's reorder buffer: window × this).
-UNIT_BYTES = {"cpu": 32 * 2**20, "warp": 256 * 2**20}
-#: Frames one CPU unit holds at most: small units balance workers; each costs one chunk read.
-CPU_UNIT_FRAMES = 32
 
 
 @dataclasses.dataclass
@@ -190,19 +186,12 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
     frame_idx = selected_frames(archive, sel, frames)
     cf = archive.manifest.chunk_frames
     h, w = size
-    budget = unit_bytes or UNIT_BYTES["cpu" if backend == "cpu" else "warp"]
-
-    if backend == "cpu":
-        warp_batch = None
-    elif warp_batch is not None:
-        if isinstance(warp_batch, bool) or not isinstance(warp_batch, (int, np.integer)) or warp_batch < 1:
-            raise MjArchiveError(f"warp_batch must be a positive number of states per launch, got {warp_batch!r}")
-        warp_batch = int(warp_batch)
-    else:  # Warp renders all nworld slots per launch, packed across worlds: no more than the selection
-        device = backend.partition(":")[2] or warp.default_device()
-        n_states = len(frame_idx) * (1 if scene is not None else len(world_ids))
-        warp_batch = min(warp.batch_size(model, size, device, copies=len(world_ids) if scene is not None else 1),
-                         max(1, budget // (h * w * 3)), max(1, n_states))
+    be = backend_for(backend)
+    budget = unit_bytes or be.unit_bytes
+    n_states = len(frame_idx) * (1 if scene is not None else len(world_ids))
+    warp_batch = be.states_per_launch(backend, model, size, requested=warp_batch,
+                                      copies=len(world_ids) if scene is not None else 1, n_states=n_states,
+                                      budget=budget)
 
     def unit(world_id: int, camera: int | View, part: tuple[int, ...]) -> RenderUnit:
         return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
@@ -214,9 +203,7 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
         return archive.variant_changes(world_id) if archive.variant_fields else None
 
     outputs: list[Output] = []
-    per_unit = max(1, budget // (h * w * 3))
-    if backend == "cpu":
-        per_unit = min(per_unit, CPU_UNIT_FRAMES)
+    per_unit = unit_frames(be, budget // (h * w * 3))
     if layout == "scene":
         for cam, label in cameras:
             # Scene and grid units cover every world's same frames, so they are not cut at each
@@ -228,9 +215,7 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
         return outputs
     if layout == "grid":
         rows, cols = grid_shape(len(world_ids))  # the canvas GridComposer will paste into
-        block = max(1, budget // (rows * h * cols * w * 3))
-        if backend == "cpu":
-            block = min(block, CPU_UNIT_FRAMES)
+        block = unit_frames(be, budget // (rows * h * cols * w * 3))
         for cam, label in cameras:
             units = [unit(wid, cam, part) for part in split(frame_idx, cf, block) for wid in world_ids]
             outputs.append(Output(out_dir / video_name(None, label), cam, label, world_ids, units, len(frame_idx),
@@ -248,6 +233,12 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
                 units = [unit(wid, cam, part) for part in split(idx, cf, per_unit, changes(wid))]
                 outputs.append(Output(out_dir / video_name(wid, label, episode), cam, label, [wid], units, len(idx)))
     return outputs
+
+
+def unit_frames(backend, fit: int) -> int:
+    """Frames per unit: `fit` (what the pixel budget holds), at least 1, at most the backend's cap."""
+    fit = max(1, fit)
+    return fit if backend.unit_frames is None else min(fit, backend.unit_frames)
 
 
 def selected_frames(archive: Archive, sel: Any, frames: Any) -> np.ndarray:

@@ -5,9 +5,9 @@ A work unit is plain data (archive location, one world, one camera, frames insid
 chunk, size, quality, backend). `render_unit` is a top-level function, so any
 `concurrent.futures.Executor` can run it; each worker process opens the archive itself, reads only
 its unit's slice and caches model and renderer (`worker.py`). The parent keeps at most a window of units in
-flight and consumes results in order, so memory does not grow with video length. On the Warp
-backend the parent packs the (world, frame) states of consecutive units into full batches
-(`warp.PackedUnit`) and cuts the pixels back into per-unit pieces, in order.
+flight and consumes results in order, so memory does not grow with video length. How units run is
+the backend's (`backends/`): the Warp backend packs the (world, frame) states of consecutive units
+into full batches (`backends.warp.PackedUnit`) and cuts the pixels back into per-unit pieces, in order.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ import numpy as np
 from .._errors import BackendError, BundleError, MjArchiveError
 from .._fs import OutputDir
 from ..archive.reader import Archive
-from ..archive.reader import open as open_archive
+from ..archive.opening import open as open_archive
 from . import pool
-from .backends import warp
+from .backends.base import QUALITIES
+from .backends.registry import backend_for
 from .views.camera import Camera, View
-from .backends.cpu import QUALITIES
 from .views.hud import Hud, HudText
 from .views.options import SceneOptions
-from .views.overlay_draw import refuse_on_warp, select_overlays
-from .plan import CPU_UNIT_FRAMES, LAYOUTS, UNIT_BYTES, Output, attach_paths, plan_units, resolve_cameras, selected_frames
+from .views.overlay_draw import select_overlays
+from .plan import LAYOUTS, Output, attach_paths, plan_units, resolve_cameras, selected_frames
 from .resume import RenderLedger, is_partial_of, partial_prefix, request_key
 from ..archive.storage.locations import is_url, local_path
 from .unit import render_unit
@@ -61,15 +61,6 @@ VIDEO_ENCODER = {"codec": "libx264", "pix_fmt": "yuv420p", "crf": 23}
 
 
 # -- planning -----------------------------------------------------------------------------------
-
-def _check_backend(backend: str) -> str:
-    if isinstance(backend, str) and (backend in ("cpu", "warp") or (backend.startswith("warp:") and len(backend) > 5)):
-        return backend
-    raise MjArchiveError(
-        f"unknown backend {backend!r}; choose 'cpu' (MuJoCo's OpenGL renderer) or 'warp' "
-        "(MuJoCo Warp; 'warp:cpu' or 'warp:cuda:0' to pick the Warp device)"
-    )
-
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> str:
     if value not in choices:
@@ -117,23 +108,15 @@ def _run_ordered(units: Iterable[Any], executor: Executor | None, window: int, f
 
 def _unit_results(units: Sequence[RenderUnit], executor: Executor | None, window: int,
                   ready: Callable[[], bool] | None = None) -> Iterator[UnitResult]:
-    """Results of `units` in order (`ready`: see `_run_ordered`). Warp: their states are packed into
-    full batches across units (several worlds per launch), rendered as PackedUnits and cut back
-    into per-unit results."""
-    if not units or units[0].backend == "cpu" or units[0].warp_batch is None or units[0].scene is not None:
-        yield from _run_ordered(units, executor, window, ready=ready)
+    """Results of `units` in order (`ready`: see `_run_ordered`), run as their backend runs them
+    (Warp packs the states of consecutive units into full launches)."""
+    if not units:
         return
-    batch = units[0].warp_batch
-    h, w = units[0].size
-    # In this process: many launches per task (fewer, larger reads); on an executor: one launch per
-    # task, so several workers share the work.
-    per_task = batch if executor is not None else batch * max(1, UNIT_BYTES["warp"] // (h * w * 3) // batch)
-    packed = _run_ordered(warp.pack(units, per_task), executor, window, fn=warp.render_packed)
-    try:
-        for u, rgb in warp.unpack(units, packed):
-            yield UnitResult(u.world_id, u.camera, u.frames, rgb)
-    finally:
-        packed.close()
+
+    def run(tasks: Iterable[Any], fn=render_unit) -> Iterator[Any]:
+        return _run_ordered(tasks, executor, window, fn=fn, ready=ready)
+
+    yield from backend_for(units[0].backend).unit_results(list(units), run, in_process=executor is None)
 
 
 def _variant_shapes(archive: Archive) -> dict[str, tuple[int, ...]]:
@@ -162,7 +145,7 @@ def _base_model(archive: Archive, model: Any) -> tuple[mujoco.MjModel, Any]:
         return bundle_model(archive), None
     bundle = None
     if not isinstance(model, mujoco.MjModel):
-        from ..archive.writer import as_bundle
+        from ..archive.creation import as_bundle
 
         bundle = as_bundle(model)
         model = bundle.compile()
@@ -208,10 +191,11 @@ def _caller_mjb(archive: Archive, model: Any, base: mujoco.MjModel, bundle: Any,
     return buf.tobytes()
 
 
-def _recipe(backend: str, cams: list[tuple[int | View, str]], scene: Any) -> dict | None:
-    """How the rendered model derives from the archive's: a scene's copies, and on Warp one added
-    camera per View (the CPU renders Views as MuJoCo free cameras)."""
-    fovys = [c.fovy for c, _ in cams if isinstance(c, View)] if backend != "cpu" else []
+def _recipe(backend: Any, cams: list[tuple[int | View, str]], scene: Any) -> dict | None:
+    """How the rendered model derives from the archive's: a scene's copies, and one added camera
+    per View where the backend renders Views as model cameras (Warp; the CPU renders them as
+    MuJoCo free cameras)."""
+    fovys = [c.fovy for c, _ in cams if isinstance(c, View)] if backend.views_as_model_cameras else []
     if scene is not None:
         return scene.recipe(fovys)
     return {"cameras": fovys} if fovys else None
@@ -308,7 +292,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     the values in force for that world at that frame.
     """
     _refuse_in_spawning_worker()
-    backend = _check_backend(backend)
+    be = backend_for(backend)
     _check_choice("quality", quality, QUALITIES)
     _check_choice("layout", layout, LAYOUTS)
     if layout != "per-world" and split_episodes:
@@ -318,16 +302,13 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         raise MjArchiveError(f"on_frame must be a callable (world_id, frame_index, rgb) -> rgb or None, got {on_frame!r}")
     size = _check_size(size)
     options = SceneOptions.parse(scene)
-    if backend != "cpu":
-        from .views.options import warp_render_kwargs
-
-        warp_render_kwargs(options)  # refuse what Warp cannot draw before any work
+    be.check_options(options)  # refuse what the backend cannot draw before any work
     arch, owned = _open_archive(archive, storage_options)
     folder = lease = None
     try:
         storage_options = storage_options if owned else arch._storage_options
         drawn = select_overlays(arch, overlays)
-        refuse_on_warp(backend, drawn)
+        be.check_overlays(drawn)
         corner_hud, label_hud = _parse_hud(hud, layout, arch)
         sel = arch.select(worlds=worlds, frames=frames)
         world_ids = list(sel.world_ids)
@@ -341,7 +322,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         check_replay_model(_variant_shapes(arch), replay_model)
         cams = resolve_cameras(arch, replay_model, cameras, world_ids=world_ids, frame_idx=frame_idx, size=size,
                                scene=plan)
-        recipe = _recipe(backend, cams, plan)
+        recipe = _recipe(be, cams, plan)
         mjb = _caller_mjb(arch, model, replay_model, bundle, recipe)
         location = _shareable_location(arch)
         if location is None:
@@ -349,12 +330,13 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
                 raise MjArchiveError("an in-memory archive cannot be rendered on another process; write it to a path or URL")
             location = f"object:{id(arch)}"
             workers = 1
-        # CPU units of this call open the archive afresh in a warm worker (see RenderUnit.session).
-        session = uuid.uuid4().hex if backend == "cpu" else None
+        # Pooled units of this call open the archive afresh in a warm worker (see RenderUnit.session).
+        session = uuid.uuid4().hex if be.pooled else None
         explicit = workers is not None
-        if executor is None and backend == "cpu" and workers != 1:
+        if executor is None and be.pooled and workers != 1:
             # Size the pool by the work and start it now: its workers start while this process plans.
-            per_video = -(-len(frame_idx) // min(CPU_UNIT_FRAMES, arch.manifest.chunk_frames))
+            cf = arch.manifest.chunk_frames
+            per_video = -(-len(frame_idx) // min(be.unit_frames or cf, cf))
             n_videos = len(cams) * (1 if plan is not None else len(world_ids))
             n_work = len(cams) * len(frame_idx) * (1 if plan is not None else len(world_ids))
             workers = (min(max(1, int(workers)), per_video * n_videos) if explicit else
@@ -395,11 +377,11 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
             outputs = todo
         if not outputs:
             return all_paths
-        if backend == "cpu":
+        if be.pooled:
             _quick_start(outputs[0])
         attach_paths(arch, replay_model, outputs,
                      episodes=any("episode" in h.fields for h in (corner_hud, label_hud) if h is not None))
-        if backend != "cpu":  # camera by camera: one camera per launch, so consecutive worlds pack together
+        if be.packs_videos:  # camera by camera: one camera per launch, so consecutive worlds pack together
             order = {label: k for k, (_, label) in enumerate(cams)}
             outputs = sorted(outputs, key=lambda o: order[o.label])
         n_units = sum(len(o.units) for o in outputs)
@@ -417,7 +399,7 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
         try:
             with lent:
                 _write_outputs(outputs, executor, window, folder=folder, fps=fps, size=size, progress=progress,
-                               hint=(backend == "cpu" and quality == "full"), on_done=ledger.mark_done,
+                               hint=(quality == "full"), on_done=ledger.mark_done,
                                hud=None if corner_hud is None else HudText(arch, corner_hud), on_frame=on_frame,
                                ready=ready,
                                # workers=N asked for a pool: a script that cannot start one fails, always,
@@ -578,19 +560,16 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
     'auto', 'track:torso'); default: the first named camera, else Camera.auto(). scene: what is
     drawn (see `render`). warp_batch: states per Warp launch, packed across worlds (default: from
     a memory budget). overlays: recorded overlay tracks drawn (see `render`; default all)."""
-    backend = _check_backend(backend)
+    be = backend_for(backend)
     _check_choice("quality", quality, QUALITIES)
     size = _check_size(size)
     options = SceneOptions.parse(scene)
-    if backend != "cpu":
-        from .views.options import warp_render_kwargs
-
-        warp_render_kwargs(options)
+    be.check_options(options)
     arch, owned = _open_archive(archive, storage_options)
     try:
         storage_options = storage_options if owned else arch._storage_options
         drawn = select_overlays(arch, overlays)
-        refuse_on_warp(backend, drawn)
+        be.check_overlays(drawn)
         sel = arch.select(worlds=worlds, frames=frames)
         frame_idx = selected_frames(arch, sel, frames)
         replay_model, bundle = _base_model(arch, model)
@@ -601,7 +580,7 @@ def iter_frames(archive: Any, *, worlds: Any = None, frames: Any = None, camera:
             raise MjArchiveError(f"camera must be one name, id or Camera, got {camera!r}")
         cam = resolve_cameras(arch, replay_model, camera, world_ids=list(sel.world_ids), frame_idx=frame_idx,
                               size=size)[:1]
-        recipe = _recipe(backend, cam, None)
+        recipe = _recipe(be, cam, None)
         mjb = _caller_mjb(arch, model, replay_model, bundle, recipe)
         location = f"object:{id(arch)}"
         with lend_archive(arch, location, storage_options):

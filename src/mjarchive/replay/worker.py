@@ -21,7 +21,7 @@ import mujoco
 import numpy as np
 
 from ..archive.reader import Archive
-from ..archive.reader import open as open_archive
+from ..archive.opening import open as open_archive
 
 __all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for", "lend_archive", "cached", "warm_up"]
 
@@ -41,7 +41,7 @@ class RenderUnit:
     location: str
     storage_options: dict | None
     world_id: int
-    camera: Any  # a model camera id, or a `camera.View`
+    camera: Any  # a model camera id, or a `views.camera.View`
     frames: tuple[int, ...]
     size: tuple[int, int]
     quality: str
@@ -52,13 +52,13 @@ class RenderUnit:
     poses: np.ndarray | None = dataclasses.field(default=None, compare=False)
     #: Episode numbers per frame, (n,), or (n, worlds) in a scene; only when labels show them.
     episodes: np.ndarray | None = dataclasses.field(default=None, compare=False)
-    #: layout='scene': the worlds and their offsets (`scene.ScenePlan`); world_id is then the first.
+    #: layout='scene': the worlds and their offsets (`views.scene.ScenePlan`); world_id is then the first.
     scene: Any = None
-    #: What is drawn (`options.SceneOptions`); None: MuJoCo's defaults.
+    #: What is drawn (`views.options.SceneOptions`); None: MuJoCo's defaults.
     options: Any = None
     #: JSON recipe of the replay model derived from the archive's (scene copies, Warp's cameras).
     recipe: str | None = None
-    #: layout='scene': the `hud.Hud` whose per-world fields label each world in the image.
+    #: layout='scene': the `views.hud.Hud` whose per-world fields label each world in the image.
     labels: Any = None
     #: Names of the archive's overlay tracks drawn into the frames (CPU; `overlay_draw`).
     overlays: tuple[str, ...] = ()

@@ -13,45 +13,43 @@ over the worlds (`overlays.OverlayLayer`), each with a checkbox.
 
 One driver thread owns the playhead: GUI callbacks (viser's thread pool) only change requests under
 the lock and wake it; it plays, polls a live archive and sends each frame in one atomic message group.
+The page's controls are built and handled in `controls.py`, the playhead and that thread live in
+`playback.py`; `Viewer` brings them together with the worlds shown and the drawing of each frame.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._errors import BackendError, ClosedError, MjArchiveError, SelectionError
-from ..archive.reader import Archive, open as open_archive
+from ..archive.opening import open as open_archive
+from ..archive.reader import Archive
 from ..replay.views.scene import ScenePlan
-from .cameras import NO_BODY, BodyFollow, body_choices, home_view, move_home, set_initial
+from .cameras import NO_BODY, BodyFollow, body_choices, home_view, set_initial
+from .controls import SPEEDS, ViewerControls
 from .drawing import COLOUR_FIELDS, GeomLayer, Part, not_shown, world_labels, world_looks
 from .frames import MAX_VIEW_WORLDS, FramePoses, PoseWindow
 from .geometry import geom_meshes
 from .overlays import MAX_LABELS, OverlayLayer
+from .playback import ViewerPlayback
 from .request import (check_listen, check_max_worlds, format_ids, is_loopback, markdown_text, parse_worlds, quiet,
-                      resets_text, short_ids, url_for)
+                      url_for)
 
 __all__ = ["DEFAULT_MAX_WORLDS", "SPEEDS", "Viewer", "parse_worlds", "view"]
 
 #: Worlds shown at once unless `max_worlds` says otherwise (the hard limit is MAX_VIEW_WORLDS).
 DEFAULT_MAX_WORLDS = 16
-#: Playback speeds offered, as labels and factors of the archive's output_fps.
-SPEEDS = {"0.25×": 0.25, "0.5×": 0.5, "1×": 1.0, "2×": 2.0, "4×": 4.0}
-POLL_SECONDS = 0.5  # how often "Follow live" looks for newly committed frames
-SEND_HZ = 30.0  # the most frames per second sent while playing (faster playback skips frames)
-MAX_MARKS = 200  # episode starts marked on the slider; more are listed in the text only
 _log = logging.getLogger(__name__)
 
 
-class Viewer:
+class Viewer(ViewerControls, ViewerPlayback):
     """A running viewer; made by `mjarchive.view(..., block=False)`. A context manager.
 
     `url`, `host` and `port` (the real one when port 0 was asked for); `world_ids` and `frame` shown
@@ -237,145 +235,7 @@ class Viewer:
         ScenePlan.grid(ids, self._spacing)  # refuses repeated IDs and a bad spacing
         return tuple(int(w) for w in ids)
 
-    def _build_gui(self, ids: tuple[int, ...]) -> None:
-        gui, archive = self._server.gui, self._archive
-        gui.configure_theme(show_share_button=False, control_width="medium")
-        name = str(archive.location).rstrip("/").rsplit("/", 1)[-1]
-        gui.set_panel_label(f"mjarchive · {name}")
-        with gui.add_folder("Timeline"):
-            self._status = gui.add_markdown("loading…")
-            self._slider = gui.add_slider("Frame", min=0, max=max(archive.n_frames - 1, 0), step=1, initial_value=0,
-                                          disabled=archive.n_frames == 0)
-            self._play = gui.add_button("Play", hint="play or pause (at the chosen speed)")
-            self._step = gui.add_button_group("Step", ("◀ frame", "frame ▶"))
-            self._reset_nav = gui.add_button_group("Reset", ("◀ previous", "next ▶"))
-            self._speed_in = gui.add_dropdown("Speed", tuple(SPEEDS), initial_value="1×")
-            self._loop_in = gui.add_checkbox("Loop", True)
-            self._live_in = gui.add_checkbox("Follow live", self._follow_live,
-                                             hint="look for newly committed frames every 0.5 s")
-            self._resets = gui.add_markdown("")
-        with gui.add_folder("Worlds"):
-            self._worlds_in = gui.add_text("World IDs", format_ids(ids), hint="e.g. 7,42 or a range 0:8")
-            self._show_btn = gui.add_button("Show worlds")
-            self._message = gui.add_markdown(self._worlds_note(ids))
-        with gui.add_folder("Camera"):
-            self._body_in = gui.add_dropdown("Follow body", (NO_BODY, *self._body_names), initial_value=NO_BODY)
-            self._body_world_in = gui.add_number("Of world", int(ids[0]), step=1)
-            self._reset_view = gui.add_button("Reset view")
-        if archive.overlays:
-            self._overlays = OverlayLayer(self._server.scene, archive.overlays)
-            with gui.add_folder("Overlays"):
-                self._overlays.add_checkboxes(gui, self._on_overlay)
-
-        self._slider.on_update(self._on_slider)
-        self._play.on_click(lambda _: self._toggle_play())
-        self._step.on_click(lambda e: self._on_step(1 if e.target.value == "frame ▶" else -1))
-        self._reset_nav.on_click(lambda e: self._on_reset_nav(1 if e.target.value == "next ▶" else -1))
-        self._speed_in.on_update(lambda e: self._set(speed=SPEEDS.get(e.target.value, 1.0)))
-        self._loop_in.on_update(lambda e: self._set(loop=bool(e.target.value)))
-        self._live_in.on_update(lambda e: self._set(follow_live=bool(e.target.value)))
-        self._show_btn.on_click(lambda _: self._on_show_worlds())
-        self._body_in.on_update(lambda e: e.client is not None and self._on_follow_body())
-        self._body_world_in.on_update(lambda e: e.client is not None and self._on_follow_body())
-        self._reset_view.on_click(lambda _: self._reset_cameras())
-        if not hasattr(self._server, "initial_camera"):  # viser < 1.1: each page is moved home as it connects
-            self._server.on_client_connect(lambda client: self._reset_cameras([client]))
-
-    def _worlds_note(self, ids: Sequence[int]) -> str:
-        a = self._archive
-        return (f"Showing {len(ids)} of {a.n_worlds} worlds (at most {self._max_worlds} at once); "
-                f"recorded IDs: {format_ids(sorted(a.world_ids)) if a.n_worlds <= 12 else short_ids(a.world_ids)}")
-
-    # -- GUI callbacks (viser's thread pool); a value the server set itself has no client ------------------
-    def _on_slider(self, event: Any) -> None:
-        if event.client is None:
-            return
-        with self._lock:
-            if self.n_frames:
-                self._request(min(max(int(round(event.target.value)), 0), self.n_frames - 1), user=True)
-
-    def _toggle_play(self) -> None:
-        with self._lock:
-            n = self.n_frames
-            if not n:
-                return
-            self._playing = not self._playing
-            if self._playing and self._shown == n - 1 and not self._follow_live:
-                self._request(0)  # play again from the start
-            self._play.label = "Pause" if self._playing else "Play"
-            self._wake.set()
-
-    def _on_step(self, delta: int) -> None:
-        with self._lock:
-            if self.n_frames and self._shown is not None:
-                self._pause()
-                self._request(min(max(self._shown + delta, 0), self.n_frames - 1))
-
-    def _on_reset_nav(self, direction: int) -> None:
-        with self._lock:
-            if self._shown is None:
-                return
-            k = self._shown
-            later = [s for s in self._starts if s > k] if direction > 0 else [s for s in self._starts if s < k]
-            if later:
-                self._pause()
-                self._request(later[0] if direction > 0 else later[-1])
-
-    def _set(self, **state: Any) -> None:
-        with self._lock:
-            for key, value in state.items():
-                setattr(self, f"_{key}", value)
-            self._wake.set()
-
-    def _on_show_worlds(self) -> None:
-        try:
-            ids = self.show_worlds(self._worlds_in.value)
-        except MjArchiveError as exc:
-            self._message.content = f"**Not shown:** {markdown_text(str(exc))}"
-        except Exception as exc:  # a bug, not bad input: say so in the page and keep serving
-            _log.exception("switching worlds failed")
-            self._message.content = f"**Not shown** (unexpected error): {markdown_text(repr(exc))}"
-        else:
-            self._message.content = self._worlds_note(ids)
-
-    def _on_overlay(self, name: str, on: bool) -> None:
-        with self._lock:
-            self._overlays.set_visible(name, on)
-            if on and self._shown is not None:
-                self._show(self._shown)
-
-    def _on_follow_body(self) -> None:
-        with self._lock:
-            body = self._body_names.get(self._body_in.value)
-            value = self._body_world_in.value
-            world = int(value) if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) < 2**63 else None
-            if body is not None and world not in self.world_ids:
-                shown = "not a world ID" if world is None else f"world {world} is not shown"
-                self._message.content = f"**Camera:** {shown}; follow one of {format_ids(self.world_ids)}"
-                body = None
-            elif body is not None:
-                self._message.content = self._worlds_note(self.world_ids)
-            self._follow_body, self._follow_world = body, world
-            self._follow.forget()
-            if self._shown is not None:
-                self._show(self._shown)
-
-    def _reset_cameras(self, clients: Sequence[Any] | None = None) -> None:
-        with self._lock:
-            self._follow.forget()
-            move_home(self._server.get_clients().values() if clients is None else clients, self._home)
-
     # -- state changes (caller holds the lock) ------------------------------------------------------------------
-    def _request(self, frame: int, *, user: bool = False) -> None:
-        self._target, self._pos = frame, float(frame)
-        self._target_from_slider = user
-        self._wake.set()
-
-    def _pause(self) -> None:
-        if self._playing:
-            self._playing = False
-            self._play.label = "Play"
-
     def _set_worlds(self, ids: tuple[int, ...], *, reset_camera: bool = False) -> None:
         plan = ScenePlan.grid(ids, self._spacing)
         window = PoseWindow(self._archive, self._model, ids, self._geoms)
@@ -404,56 +264,6 @@ class Viewer:
         self._timeline_changed()
         if self._shown is not None and self.n_frames:
             self._request(min(self._shown, self.n_frames - 1))
-
-    def _timeline_changed(self) -> None:
-        """The slider's range and marks, the resets list: after a refresh or a world switch."""
-        n = self.n_frames
-        self._slider.max = max(n - 1, 0)
-        self._slider.disabled = n == 0
-        per_world = {w: self._window.episode_starts(w) for w in self.world_ids} if n else {}
-        self._starts = sorted({s for starts in per_world.values() for s in starts if s > 0})
-        marks = tuple(self._starts) if len(self._starts) <= MAX_MARKS else ()
-        try:  # viser has no public setter for a slider's marks: assign the prop the constructor fills
-            from viser._messages import GuiSliderMark
-
-            self._slider._marks = tuple(GuiSliderMark(value=float(s), label=None) for s in marks) or None
-        except Exception:  # another viser version: the resets are still listed below
-            _log.debug("could not update the slider's marks", exc_info=True)
-        self._resets.content = resets_text(per_world)
-        if not n:
-            self._status.content = ("**frame – / 0** · no committed frames yet"
-                                    + (" · waiting for some (Follow live)" if self._follow_live else ""))
-
-    def _poll(self) -> None:
-        before, status = self.n_frames, self._archive.status
-        n = self._window.refresh()
-        if n == before:
-            if self._archive.status != status and self._shown is not None:  # the writer closed: finalized
-                self._status.content = self._status_text(self._shown, self._time)
-            return
-        self._timeline_changed()
-        at_end = self._shown is None or self._shown == before - 1
-        if n and at_end and not self._playing:
-            self._request(n - 1)  # following a live run: stay on its newest committed frame
-        elif self._shown is not None:
-            self._status.content = self._status_text(self._shown, self._time)
-
-    def _advance(self, dt: float) -> None:
-        n = self.n_frames
-        if not n:
-            return
-        self._pos += dt * self._fps * self._speed
-        if self._pos > n - 1:
-            if self._follow_live and self._archive.status == "live":
-                self._pos = float(n - 1)  # wait at the newest frame for more
-            elif self._loop:
-                self._pos = 0.0 if self._pos >= n else self._pos % n
-            else:
-                self._pos = float(n - 1)
-                self._pause()
-        frame = int(self._pos)
-        if frame != self._shown:
-            self._target, self._target_from_slider = frame, False
 
     # -- drawing -------------------------------------------------------------------------------------------------
     def _show(self, frame: int) -> None:
@@ -517,42 +327,6 @@ class Viewer:
         text = str(exc) if isinstance(exc, MjArchiveError) else f"unexpected error: {exc!r}"
         with contextlib.suppress(Exception):
             self._status.content = f"**Error:** {markdown_text(text)}"
-
-    # -- the driver thread ------------------------------------------------------------------------------------------
-    def _drive(self) -> None:
-        last = time.monotonic()
-        next_poll = last
-        while True:
-            with self._lock:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                dt, last = now - last, now
-                try:
-                    if self._follow_live and now >= next_poll:
-                        next_poll = now + POLL_SECONDS
-                        self._poll()
-                    if self._playing:
-                        self._advance(dt)
-                    target = self._target
-                    if target is not None and target != self._shown and self.n_frames:
-                        self._show(min(target, self.n_frames - 1))
-                        self._target_from_slider = False
-                except ClosedError:
-                    if self._closed:
-                        return
-                except Exception as exc:  # shown in the page; the server keeps running
-                    if not isinstance(exc, MjArchiveError):
-                        _log.exception("the viewer failed to show a frame")
-                    self._report(exc)
-                    self._pause()
-                    self._target = self._shown
-                if self._playing:
-                    timeout = 1.0 / SEND_HZ
-                else:
-                    timeout = max(0.0, next_poll - time.monotonic()) if self._follow_live else 1.0
-            self._wake.wait(timeout)
-            self._wake.clear()
 
 
 def view(archive: Any, *, worlds: Any = None, frame: int = 0, port: int = 8080, host: str = "127.0.0.1",

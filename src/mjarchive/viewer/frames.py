@@ -10,6 +10,9 @@ before its kinematics, so a world's poses follow its own body and geom placement
 gives a world's values in force for drawing, `variant_segments()` says when they change. The
 chunks also hold the archive's overlay tracks for those frames (`overlays()`).
 
+Its parts: `chunks` (reading one chunk, which to hold), `kinematics` (poses from qpos) and
+`variant_values` (each world's values in force).
+
     with PoseWindow(archive, model, [0, 3], [m.geom for m in geom_meshes(model)]) as window:
         window.set_playhead(120)
         p = window.poses(120)       # p.geom_pos (2, G, 3), p.geom_quat (2, G, 4) wxyz, metres
@@ -18,11 +21,7 @@ chunks also hold the archive's overlay tracks for those frames (`overlays()`).
 from __future__ import annotations
 
 import collections
-import copy
-import dataclasses
 import logging
-import math
-import queue
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -32,9 +31,9 @@ import numpy as np
 
 from .._errors import ClosedError, SelectionError
 from ..archive.overlays import OverlayFrames
-from ..archive.variants import VARIANT_FIELDS, apply_variant
-from ..replay.views.variant_map import KINEMATIC_FIELDS
-from .drawing import SHOWN_FIELDS
+from .chunks import Chunk, chunks_around, read_chunk
+from .kinematics import POSE_FIELDS, FramePoses, PoseSolver
+from .variant_values import VARIANT_CACHE_PER_WORLD, VariantValues
 
 __all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "POSE_FIELDS", "VARIANT_CACHE_PER_WORLD",
            "PoseWindow"]
@@ -43,53 +42,8 @@ __all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "POSE_FIELDS", 
 MAX_VIEW_WORLDS = 64
 #: Frames whose computed poses are kept (scrubbing back and forth, several clients on one frame).
 POSE_CACHE_FRAMES = 8
-#: Variant fields set in the model before kinematics: the kinematic ones of what the viewer draws (geoms and
-#: bodies; sites, lights and cameras are not drawn).
-POSE_FIELDS = tuple(f for f in VARIANT_FIELDS if f in KINEMATIC_FIELDS and f in SHOWN_FIELDS)
-#: A world's variant values kept per stretch between its changes (its current ones and a few more).
-VARIANT_CACHE_PER_WORLD = 4
 
 _log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class FramePoses:
-    """Poses at one frame of the window's worlds (in `PoseWindow.world_ids` order), read-only arrays.
-
-    geom_pos (W, G, 3) float64 and geom_quat (W, G, 4) wxyz: world pose of each geom in the window's
-    `geoms` order (metres); body_pos (W, nbody, 3), body_quat (W, nbody, 4) wxyz: every body's
-    frame, e.g. for a camera that follows a body. `time` is the frame's simulation time (s).
-    """
-
-    frame: int
-    time: float
-    geom_pos: np.ndarray
-    geom_quat: np.ndarray
-    body_pos: np.ndarray
-    body_quat: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return self.geom_pos.nbytes + self.geom_quat.nbytes + self.body_pos.nbytes + self.body_quat.nbytes
-
-
-@dataclasses.dataclass(frozen=True)
-class _Chunk:
-    index: int
-    start: int
-    stop: int  # frames [start, stop) are held; stop < start + chunk_frames for a last, partial chunk
-    qpos: np.ndarray  # (n, W, nq) as stored
-    mocap_pos: np.ndarray | None  # (n, W, nmocap, 3)
-    mocap_quat: np.ndarray | None
-    time: np.ndarray  # (n,)
-    overlays: dict[str, OverlayFrames]  # the archive's overlay tracks over these frames and worlds
-
-    @property
-    def nbytes(self) -> int:
-        arrays = [self.qpos, self.mocap_pos, self.mocap_quat, self.time]
-        for o in self.overlays.values():
-            arrays += [o.count, o.data, o.text_bytes]
-        return sum(a.nbytes for a in arrays if a is not None)
 
 
 class PoseWindow:
@@ -117,8 +71,6 @@ class PoseWindow:
         self._capacity = 2 * self._window_chunks + 1
         self._cf = int(archive.manifest.chunk_frames)
         self._mocap = archive.nmocap > 0
-        self._geom_body = model.geom_bodyid[self._geoms]
-        self._geom_quat_local = np.array(model.geom_quat[self._geoms], dtype=np.float64)
         self._variant_fields = tuple(archive.variant_fields)
         self._pose_fields = tuple(f for f in POSE_FIELDS if f in self._variant_fields)
         self._variant_row_bytes = sum(np.asarray(getattr(model, f)).nbytes for f in self._variant_fields)
@@ -128,18 +80,16 @@ class PoseWindow:
         self._io_lock = threading.Lock()
         self._cond = threading.Condition()  # guards everything below
         self._n_frames = int(archive.n_frames)
-        self._chunks: collections.OrderedDict[int, _Chunk] = collections.OrderedDict()  # LRU order
+        self._chunks: collections.OrderedDict[int, Chunk] = collections.OrderedDict()  # LRU order
         self._loading: dict[int, threading.Event] = {}
         self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
         self._episodes: dict[int, list[int]] = {}
-        self._changes: list[np.ndarray] | None = None  # per world position: frames its variant values change
-        self._values: collections.OrderedDict[tuple[int, int], dict[str, np.ndarray]] = collections.OrderedDict()
+        self._variants = VariantValues(archive, self.world_ids, self._io_lock, self._cond)
         self._playhead: int | None = None
         self._wanted_gen = 0  # bumped by set_playhead() and refresh(); the prefetcher works until it catches up
         self._done_gen = 0
         self._closed = False
-        # One (model, MjData) per concurrent caller; the model is a private copy where per-world pose values are set.
-        self._datas: queue.SimpleQueue[tuple[mujoco.MjModel, mujoco.MjData]] = queue.SimpleQueue()
+        self._solver = PoseSolver(model, self._geoms, len(self.world_ids), self._pose_fields)
         self._thread: threading.Thread | None = None
         if prefetch:
             self._thread = threading.Thread(target=self._prefetch_loop, name="mjarchive-view-prefetch", daemon=True)
@@ -185,7 +135,7 @@ class PoseWindow:
         """Bytes the window holds now: its chunks, its cached poses and variant values."""
         with self._cond:
             return (sum(c.nbytes for c in self._chunks.values()) + sum(p.nbytes for p in self._poses.values())
-                    + len(self._values) * self._variant_row_bytes)
+                    + self._variants.held * self._variant_row_bytes)
 
     @property
     def max_memory_bytes(self) -> int:
@@ -212,7 +162,7 @@ class PoseWindow:
                         del self._chunks[c]
                 self._n_frames = n
                 self._episodes.clear()
-                self._changes = None  # a live writer's new events change values only from its new frames on
+                self._variants.forget_changes()
                 self._wanted_gen += 1
                 self._cond.notify_all()
         return n
@@ -227,7 +177,8 @@ class PoseWindow:
                 self._poses.move_to_end(frame)
                 return hit
         chunk = self._get_chunk(frame // self._cf, need=frame + 1)
-        out = self._kinematics(chunk, frame)
+        values = [self._variants.at(w, frame) for w in range(len(self.world_ids))] if self._pose_fields else None
+        out = self._solver.poses(chunk, frame, values)
         with self._cond:
             self._poses[frame] = out
             self._poses.move_to_end(frame)
@@ -241,7 +192,7 @@ class PoseWindow:
         if not self._variant_fields:
             return ()
         frame = self._check_frame(frame)
-        return tuple(int(np.searchsorted(ch, frame, side="right")) for ch in self._variant_changes())
+        return self._variants.segments(frame)
 
     def variant(self, world_id: int, frame: int) -> dict[str, np.ndarray]:
         """The world's variant values in force at `frame` (`Archive.variant`), read once per stretch
@@ -254,7 +205,7 @@ class PoseWindow:
         except (TypeError, ValueError):
             raise SelectionError(f"world {world_id!r} is not shown in this window; it shows "
                                  f"{list(self.world_ids)}") from None
-        return self._variant_at(w, self._check_frame(frame))
+        return self._variants.at(w, self._check_frame(frame))
 
     def overlays(self, frame: int) -> dict[str, tuple[OverlayFrames, int]]:
         """The archive's overlay tracks at `frame`: name -> (the chunk's OverlayFrames over the
@@ -306,7 +257,7 @@ class PoseWindow:
             self._chunks.clear()
             self._poses.clear()
             self._episodes.clear()
-            self._values.clear()
+            self._variants.clear()
 
     def __enter__(self) -> PoseWindow:
         return self
@@ -334,17 +285,7 @@ class PoseWindow:
                                  f"(0..{n - 1}); call refresh() to see frames committed since")
         return int(frame)
 
-    def _window(self, playhead: int, n: int) -> list[int]:
-        """Chunks to hold for this playhead, most wanted first: its own, those ahead, those behind."""
-        last = math.ceil(n / self._cf) - 1
-        if last < 0:
-            return []
-        c = min(max(playhead // self._cf, 0), last)
-        k = self._window_chunks
-        return ([c] + [c + i for i in range(1, k + 1) if c + i <= last]
-                + [c - i for i in range(1, k + 1) if c - i >= 0])
-
-    def _get_chunk(self, c: int, need: int) -> _Chunk:
+    def _get_chunk(self, c: int, need: int) -> Chunk:
         """Chunk c holding at least frames up to `need` (exclusive): from the cache, from another
         thread's read in flight, or read now."""
         while True:
@@ -371,20 +312,14 @@ class PoseWindow:
             raise SelectionError(f"frame {need - 1} is no longer committed")
         return ch
 
-    def _read_chunk(self, c: int) -> _Chunk:
+    def _read_chunk(self, c: int) -> Chunk:
         with self._io_lock:
             with self._cond:
                 n = self._n_frames
-            start, stop = c * self._cf, min((c + 1) * self._cf, n)
-            sel = self._archive.select(worlds=list(self.world_ids), frames=slice(start, stop))
-            qpos = sel.qpos
-            mpos = sel.mocap_pos if self._mocap else None
-            mquat = sel.mocap_quat if self._mocap else None
-            time = sel.time
-            overlays = {name: sel.overlay(name) for name in self._overlay_specs}
-        return _Chunk(c, start, stop, qpos, mpos, mquat, time, overlays)
+            return read_chunk(self._archive, self.world_ids, c, self._cf, n, mocap=self._mocap,
+                              overlay_names=self._overlay_specs)
 
-    def _insert(self, ch: _Chunk) -> None:
+    def _insert(self, ch: Chunk) -> None:
         """Add a chunk (caller holds _cond), evicting first chunks outside the playhead's window, then
         the least recently used."""
         old = self._chunks.get(ch.index)
@@ -394,78 +329,12 @@ class PoseWindow:
         self._chunks.move_to_end(ch.index)
         if len(self._chunks) <= self._capacity:
             return
-        wanted = set(self._window(self._playhead, self._n_frames)) if self._playhead is not None else set()
+        wanted = (set(chunks_around(self._playhead, self._n_frames, self._cf, self._window_chunks))
+                  if self._playhead is not None else set())
         while len(self._chunks) > self._capacity:
             victim = next((c for c in self._chunks if c not in wanted and c != ch.index),
                           next(c for c in self._chunks if c != ch.index))
             del self._chunks[victim]
-
-    def _variant_changes(self) -> list[np.ndarray]:
-        changes = self._changes
-        if changes is None:
-            with self._io_lock:
-                changes = [np.asarray(self._archive.variant_changes(w), np.int64) for w in self.world_ids]
-            with self._cond:
-                self._changes = changes
-        return changes
-
-    def _variant_at(self, w: int, frame: int) -> dict[str, np.ndarray]:
-        """World position w's values in force at `frame`, cached per (world, stretch between changes)."""
-        key = (w, int(np.searchsorted(self._variant_changes()[w], frame, side="right")))
-        with self._cond:
-            hit = self._values.get(key)
-            if hit is not None:
-                self._values.move_to_end(key)
-                return hit
-        with self._io_lock:
-            values = self._archive.variant(self.world_ids[w], frame)  # checked against the model's rules
-        for v in values.values():
-            v.flags.writeable = False
-        with self._cond:
-            self._values[key] = values
-            while len(self._values) > VARIANT_CACHE_PER_WORLD * len(self.world_ids):
-                self._values.popitem(last=False)
-        return values
-
-    def _take_data(self) -> tuple[mujoco.MjModel, mujoco.MjData]:
-        try:
-            return self._datas.get_nowait()
-        except queue.Empty:
-            model = copy.copy(self._model) if self._pose_fields else self._model  # never write the caller's
-            return model, mujoco.MjData(model)
-
-    def _kinematics(self, chunk: _Chunk, frame: int) -> FramePoses:
-        i = frame - chunk.start
-        W, G, nbody = len(self.world_ids), len(self._geoms), self._model.nbody
-        geom_pos = np.empty((W, G, 3))
-        body_pos = np.empty((W, nbody, 3))
-        body_quat = np.empty((W, nbody, 4))
-        values = [self._variant_at(w, frame) for w in range(W)] if self._pose_fields else None
-        model, data = self._take_data()
-        try:
-            for w in range(W):
-                if values is not None:  # as the archive's own model of that world (Archive.model)
-                    apply_variant(model, {name: values[w][name] for name in self._pose_fields})
-                data.qpos[:] = chunk.qpos[i, w]
-                if chunk.mocap_pos is not None:
-                    data.mocap_pos[:] = chunk.mocap_pos[i, w]
-                    data.mocap_quat[:] = chunk.mocap_quat[i, w]
-                mujoco.mj_kinematics(model, data)
-                geom_pos[w] = data.geom_xpos[self._geoms]
-                body_pos[w] = data.xpos
-                body_quat[w] = data.xquat
-        finally:
-            self._datas.put((model, data))
-        local = self._geom_quat_local[None]
-        if values is not None and "geom_quat" in self._pose_fields:
-            local = np.stack([values[w]["geom_quat"][self._geoms] for w in range(W)])
-        # MuJoCo poses a geom as body frame ∘ local frame: geom_xmat is quat2mat(xquat[body] * geom_quat).
-        geom_quat = _quat_mul(body_quat[:, self._geom_body], local)
-        geom_quat /= np.linalg.norm(geom_quat, axis=-1, keepdims=True)
-        for a in (geom_pos, geom_quat, body_pos, body_quat):
-            a.flags.writeable = False
-        return FramePoses(frame=frame, time=float(chunk.time[i]), geom_pos=geom_pos, geom_quat=geom_quat,
-                          body_pos=body_pos, body_quat=body_quat)
 
     def _prefetch_loop(self) -> None:
         while True:
@@ -475,7 +344,7 @@ class PoseWindow:
                 if self._closed:
                     return
                 gen = self._wanted_gen
-                plan = self._window(self._playhead, self._n_frames)
+                plan = chunks_around(self._playhead, self._n_frames, self._cf, self._window_chunks)
             for c in plan:
                 with self._cond:
                     if self._closed or gen != self._wanted_gen:
@@ -494,7 +363,7 @@ class PoseWindow:
                         self._done_gen = gen
 
 
-# -- validation and maths ---------------------------------------------------------------------------
+# -- validation ------------------------------------------------------------------------------------
 
 def _parse_worlds(archive: Any, world_ids: Sequence[int]) -> tuple[int, ...]:
     if isinstance(world_ids, (int, np.integer)) and not isinstance(world_ids, bool):
@@ -531,12 +400,3 @@ def _parse_geoms(model: mujoco.MjModel, geoms: Sequence[int]) -> np.ndarray:
         raise SelectionError(f"geom id {int(bad[0])} is out of range: the model has {model.ngeom} geoms")
     return g.astype(np.int64)
 
-
-def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product of wxyz quaternions, broadcast over leading axes (as mju_mulQuat)."""
-    aw, ax, ay, az = np.moveaxis(a, -1, 0)
-    bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw], axis=-1)

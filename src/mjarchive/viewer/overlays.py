@@ -1,7 +1,7 @@
 """Recorded debug overlays (format 1.1) in the viewer: each track's primitives at the shown frame.
 
 One frame of an overlay track (`OverlayFrames`, the window's worlds) becomes scene primitives by
-the rule the render draws with (`replay.overlay_draw.frame_primitives`: grid offsets, labels
+the rule the render draws with (`replay.views.overlay_draw.frame_primitives`: grid offsets, labels
 without a position at the world's body 1, arrows without length left out). `OverlayLayer` keeps
 one viser node per track (a batched mesh of spheres of the overlay's radius for points, arrows of
 its width, a pool of labels for text) and updates it per frame; counts vary per frame and world.

@@ -6,7 +6,7 @@ JSON header line `{"xml": n, "assets": [[name, n], ...]}` followed by the raw by
 output returns the compiled model as MJB bytes, standard error one JSON line `{"error": "..."}` on
 refusal. The header may also carry `"recipe"`: how to derive the replay model from the recorded
 one (`apply_recipe`: copies side by side for a scene, extra replay cameras), applied after parsing
-and checked like the rest of the input. `check_spec_files` is also imported by `bundle.py` for
+and checked like the rest of the input. `check_spec_files` is also imported by `model_bundle.py` for
 in-process parsing, `apply_recipe` by the replay wing for trusted bundles.
 """
 

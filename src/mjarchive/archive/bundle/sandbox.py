@@ -3,7 +3,7 @@
 A few hundred bytes of MJCF can ask MuJoCo for enormous work or memory (`<replicate>`, huge
 builtin or PNG textures, visual quality settings, composites, `<size memory>`), and MuJoCo's
 parser and compiler run in C where a bomb would take the whole process down. So an untrusted
-bundle is first checked statically (`bundle_checks.check_bundle_xml`), then parsed, checked again as an
+bundle is first checked statically (`xml_checks.check_bundle_xml`), then parsed, checked again as an
 MjSpec, compiled and posed once in a fresh interpreter that imports only MuJoCo
 (`compile_child.py`), limited in address space and CPU time; the parent loads the returned MJB.
 Results are cached per process by the bundle's content hash (computed from the bytes, never taken

@@ -7,7 +7,7 @@ component at a time with `O_NOFOLLOW` directory descriptors, files are opened wi
 `O_NOFOLLOW | O_NONBLOCK` after an lstat and re-checked with fstat, so a FIFO never blocks and a
 swapped-in link is never followed. Writes, deletes and listings walk the same way.
 
-Bounded metadata and chunks are checked by `checkedstore.CheckedStore`, which wraps this store.
+Bounded metadata and chunks are checked by `checked.CheckedStore`, which wraps this store.
 """
 
 from __future__ import annotations

@@ -18,29 +18,11 @@ from ..._errors import BackendError, ClosedError
 from ...archive.variants import VARIANT_FIELDS, apply_variant, default_values
 from .. import worker
 from ..views.camera import View
+from .base import QUALITIES, Backend, UnitStates, needs_sensor_stage, needs_tendon_stage
 
-__all__ = ["CpuRenderer", "QUALITIES", "FREE_CAMERA", "gl_renderer_name", "renderer_for"]
-
-QUALITIES = ("full", "fast")
+__all__ = ["BACKEND", "CpuBackend", "CpuRenderer", "FREE_CAMERA", "gl_renderer_name"]
 #: Camera id of MuJoCo's default free camera.
 FREE_CAMERA = -1
-
-
-def needs_tendon_stage(model: mujoco.MjModel) -> bool:
-    """Spatial tendons are drawn from wrap points computed by mj_tendon."""
-    if not model.ntendon:
-        return False
-    return bool(np.any(model.wrap_type != mujoco.mjtWrap.mjWRAP_JOINT)) if model.nwrap else False
-
-
-def needs_sensor_stage(model: mujoco.MjModel, option: mujoco.MjvOption) -> bool:
-    """Rangefinder rays are drawn from sensordata, which mj_sensorPos computes: only for models
-    that have rangefinders, with their visualization on and sensors enabled."""
-    if not model.nsensor or not option.flags[mujoco.mjtVisFlag.mjVIS_RANGEFINDER]:
-        return False
-    if model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_SENSOR:
-        return False
-    return bool(np.any(model.sensor_type == mujoco.mjtSensor.mjSENS_RANGEFINDER))
 
 
 def prepare_model(model: mujoco.MjModel, size: tuple[int, int], quality: str) -> mujoco.MjModel:
@@ -167,12 +149,6 @@ class CpuRenderer:
         self.close()
 
 
-def renderer_for(unit: worker.RenderUnit, archive, model: mujoco.MjModel) -> CpuRenderer:
-    """This thread's cached CpuRenderer for a work unit."""
-    return worker.renderer_for(unit, archive, lambda: CpuRenderer(model, unit.size, unit.quality,
-                                                                  getattr(unit, "options", None)))
-
-
 def gl_renderer_name() -> str:
     """The OpenGL renderer string of the current context ('' when unknown); call after a render."""
     if os.environ.get("MUJOCO_GL", "").lower() not in ("egl", "osmesa", "glfw", ""):
@@ -184,3 +160,51 @@ def gl_renderer_name() -> str:
         return name.decode(errors="replace") if isinstance(name, bytes) else str(name or "")
     except Exception:
         return ""
+
+
+class CpuBackend(Backend):
+    """MuJoCo's OpenGL renderer, state by state, in a pool of worker processes by default."""
+
+    name = "cpu"
+    draws_overlays = True
+    unit_bytes = 32 * 2**20
+    #: Small units balance workers; each costs one chunk read.
+    unit_frames = 32
+    pooled = True
+
+    def renderer_for(self, unit: worker.RenderUnit, archive, model: mujoco.MjModel) -> CpuRenderer:
+        return worker.renderer_for(unit, archive, lambda: CpuRenderer(model, unit.size, unit.quality,
+                                                                      getattr(unit, "options", None)))
+
+    def render_states(self, unit, archive, renderer: CpuRenderer, model, sel, states: UnitStates, spans,
+                      labels) -> tuple[np.ndarray, str]:
+        qpos, mocap_pos, mocap_quat = states
+        frames = unit.frames
+        poses = unit.poses
+        h, w = unit.size
+        rgb = np.empty((len(frames), h, w, 3), np.uint8)
+        span = None
+        if spans is None:
+            renderer.set_variant({})  # puts back what an earlier unit of another archive set
+        # The labels are placed with the renderer's model, which holds the values in force.
+        labels = None if labels is None else labels(renderer.model)
+        painter = None
+        if unit.overlays:
+            from ..views.overlay_draw import OverlayPainter
+
+            painter = OverlayPainter(archive, unit.overlays, sel, unit.scene, renderer.model)
+        for i in range(len(frames)):
+            pose = None if poses is None else poses[i]
+            if spans is not None and (key := spans.key(frames[i])) != span:
+                span = key
+                renderer.set_variant(spans.values(frames[i]))
+            renderer.set_state(qpos[i], None if mocap_pos is None else mocap_pos[i],
+                               None if mocap_quat is None else mocap_quat[i])
+            decorate = None if painter is None else (lambda scn, data, i=i: painter.draw(i, scn, data))
+            rgb[i] = renderer.render(unit.camera, pose, decorate)
+            if labels is not None:
+                labels.draw(rgb[i], i, qpos[i], labels.camera_pose(unit.camera, pose, qpos, mocap_pos, mocap_quat, i))
+        return rgb, gl_renderer_name()
+
+
+BACKEND = CpuBackend()

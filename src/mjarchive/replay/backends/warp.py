@@ -29,16 +29,16 @@ from collections.abc import Iterable, Iterator
 import mujoco
 import numpy as np
 
-from ..._errors import BackendError, ClosedError
+from ..._errors import BackendError, ClosedError, MjArchiveError
 from ...archive.variants import VARIANT_FIELDS, default_values
 from .. import worker
 from ..views.camera import View
-from .cpu import needs_tendon_stage
 from ..views.scene import REPLAY_NAME
 from ..views.variant_map import VariantSpans
+from .base import Backend, UnitStates, needs_tendon_stage
 
-__all__ = ["WarpRenderer", "renderer_for", "default_device", "batch_size", "PackedUnit", "PackedResult", "pack", "render_packed",
-           "unpack"]
+__all__ = ["BACKEND", "WarpBackend", "WarpRenderer", "default_device", "batch_size", "PackedUnit", "PackedResult",
+           "pack", "render_packed", "unpack"]
 
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
 DEFAULT_MEMORY_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
@@ -93,14 +93,6 @@ def batch_size(model: mujoco.MjModel, size: tuple[int, int], device: str,
     per_world = h * w * (4 + 4 + 8)  # packed rgb, depth, segmentation buffers the context allocates
     per_world += 8 * copies * (model.nbody * 40 + model.ngeom * 12 + model.nq + model.nv * 20 + model.ncam * 12)
     return int(max(1, min(MAX_BATCH, budget // per_world)))
-
-
-def renderer_for(unit, archive, model: mujoco.MjModel) -> WarpRenderer:
-    """This thread's cached WarpRenderer for a work unit (RenderUnit or PackedUnit)."""
-    device = unit.backend.partition(":")[2] or None
-    return worker.renderer_for(unit, archive, lambda: WarpRenderer(model, unit.size, quality=unit.quality,
-                                                                   device=device, nworld=unit.warp_batch,
-                                                                   options=getattr(unit, "options", None)))
 
 
 class WarpRenderer:
@@ -410,7 +402,7 @@ def render_packed(unit: PackedUnit) -> PackedResult:
             if mp is not None:
                 mocap_pos[dst] = mp[rows, c]
                 mocap_quat[dst] = mq[rows, c]
-    renderer = renderer_for(unit, archive, model)
+    renderer = BACKEND.renderer_for(unit, archive, model)
     variants = _state_variants(archive, unit, renderer)
     h, w = unit.size
     rgb = np.empty((n, h, w, 3), np.uint8)
@@ -440,3 +432,80 @@ def _state_variants(archive, unit: PackedUnit, renderer: WarpRenderer):
         return {name: np.stack([v[name] for v in values]) for name in values[0]}
 
     return rows
+
+
+class WarpBackend(Backend):
+    """MuJoCo Warp's batch ray tracer: (world, frame) states of consecutive videos packed into full
+    launches, in this process unless an executor is given."""
+
+    name = "warp"
+    takes_device = True
+    views_as_model_cameras = True
+    unit_bytes = 256 * 2**20
+    packs_videos = True
+
+    def check_options(self, options) -> None:
+        from ..views.options import warp_render_kwargs
+
+        warp_render_kwargs(options)  # BackendError for what Warp cannot draw
+
+    def states_per_launch(self, spec: str, model: mujoco.MjModel, size: tuple[int, int], *, requested,
+                          copies: int, n_states: int, budget: int) -> int:
+        if requested is not None:
+            if isinstance(requested, bool) or not isinstance(requested, (int, np.integer)) or requested < 1:
+                raise MjArchiveError(f"warp_batch must be a positive number of states per launch, got {requested!r}")
+            return int(requested)
+        # All nworld slots render per launch, packed across worlds: no more than the selection holds.
+        device = spec.partition(":")[2] or default_device()
+        h, w = size
+        return min(batch_size(model, size, device, copies=copies), max(1, budget // (h * w * 3)), max(1, n_states))
+
+    def renderer_for(self, unit, archive, model: mujoco.MjModel) -> WarpRenderer:
+        """This thread's cached WarpRenderer for a work unit (RenderUnit or PackedUnit)."""
+        device = unit.backend.partition(":")[2] or None
+        return worker.renderer_for(unit, archive, lambda: WarpRenderer(model, unit.size, quality=unit.quality,
+                                                                       device=device, nworld=unit.warp_batch,
+                                                                       options=getattr(unit, "options", None)))
+
+    def render_states(self, unit, archive, renderer: WarpRenderer, model, sel, states: UnitStates, spans,
+                      labels) -> tuple[np.ndarray, str]:
+        qpos, mocap_pos, mocap_quat = states
+        frames = np.asarray(unit.frames, dtype=np.int64)
+        poses = unit.poses
+        n = len(frames)
+        h, w = unit.size
+        rgb = np.empty((n, h, w, 3), np.uint8)
+        labels = None if labels is None else labels(model, spans)
+        for s in range(0, n, renderer.nworld):
+            e = min(n, s + renderer.nworld)
+            rows = None if spans is None else spans.rows(frames[s:e])
+            rgb[s:e] = renderer.render_batch(qpos[s:e], None if mocap_pos is None else mocap_pos[s:e],
+                                             None if mocap_quat is None else mocap_quat[s:e], unit.camera,
+                                             None if poses is None else poses[s:e], variants=rows)
+        if labels is not None:
+            for i in range(n):
+                pose = None if poses is None else poses[i]
+                labels.set_frame(int(frames[i]))
+                labels.draw(rgb[i], i, qpos[i], labels.camera_pose(unit.camera, pose, qpos, mocap_pos, mocap_quat, i))
+        return rgb, ""
+
+    def unit_results(self, units: list, run, in_process: bool) -> Iterator[worker.UnitResult]:
+        """Per-world units' states packed into full batches across units (several worlds per launch),
+        rendered as PackedUnits and cut back into per-unit results; scene units run as they are."""
+        if not units or units[0].warp_batch is None or units[0].scene is not None:
+            yield from run(units)
+            return
+        batch = units[0].warp_batch
+        h, w = units[0].size
+        # In this process: many launches per task (fewer, larger reads); on an executor: one launch per
+        # task, so several workers share the work.
+        per_task = batch * max(1, self.unit_bytes // (h * w * 3) // batch) if in_process else batch
+        packed = run(pack(units, per_task), render_packed)
+        try:
+            for u, rgb in unpack(units, packed):
+                yield worker.UnitResult(u.world_id, u.camera, u.frames, rgb)
+        finally:
+            packed.close()
+
+
+BACKEND = WarpBackend()

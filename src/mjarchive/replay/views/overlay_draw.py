@@ -23,12 +23,11 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from ..._errors import BackendError, SelectionError
+from ..._errors import SelectionError
 from ...archive.overlays import OverlayFrames
 from .scene import bodies_per_copy
 
-__all__ = ["FramePrimitives", "LABEL_BYTES", "MIN_ARROW", "OverlayPainter", "frame_primitives", "refuse_on_warp",
-           "select_overlays"]
+__all__ = ["FramePrimitives", "LABEL_BYTES", "MIN_ARROW", "OverlayPainter", "frame_primitives", "select_overlays"]
 
 #: Bytes of a label MuJoCo draws (its MjvGeom.label field holds 100, with the terminating zero).
 LABEL_BYTES = 99
@@ -101,12 +100,6 @@ def select_overlays(archive: Any, overlays: Any) -> tuple[str, ...]:
         if name not in out:
             out.append(name)
     return tuple(out)
-
-
-def refuse_on_warp(backend: str, selected: tuple[str, ...]) -> None:
-    if backend != "cpu" and selected:
-        raise BackendError(f"backend 'warp' cannot draw overlays ({list(selected)[:8]} selected); use backend='cpu' "
-                           "to draw them, or overlays=() to render without them")
 
 
 def _label(text: str) -> str:
