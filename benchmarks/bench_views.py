@@ -425,6 +425,12 @@ def main() -> None:
                      args.scene_worlds, args.scene_frames, args.scene_size, args.warp_scene, args.warp_scene_frames,
                      args.repeats)
     only = set(args.only or ["cameras", "warp", "scene", "hud"])
+    from mjarchive.replay.backends.warp import unavailable
+
+    if unavailable():  # e.g. mujoco-warp older than replay needs: the CPU sections still run
+        print(f"warp.skipped: {unavailable()}")
+        only.discard("warp")
+        w = dataclasses.replace(w, warp_scene=False)
     print(f"workload: {w}  LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS', 'default')}  "
           f"cpus={os.cpu_count()}  load={os.getloadavg()[0]:.1f}")
     start = time.perf_counter()

@@ -58,3 +58,15 @@ RUN_LAST = ("test_recorder_arrays.py",)
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: item.path.name in RUN_LAST)  # stable: the order is kept otherwise
+
+
+def requires_warp_replay():
+    """Skip unless backend 'warp' can render here (mujoco-warp and warp-lang installed, mujoco-warp
+    new enough: `replay.backends.warp.unavailable`); returns the mujoco_warp module."""
+    mjw = pytest.importorskip("mujoco_warp")
+    from mjarchive.replay.backends.warp import unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    return mjw

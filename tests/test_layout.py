@@ -100,8 +100,8 @@ def test_no_two_modules_import_each_other():
 
 def test_modules_live_in_their_wings():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    # gymnasium.py: the public face of record/gymnasium.py (`mjarchive.gymnasium.RecordTrajectory`).
-    assert top == ["__init__.py", "__main__.py", "_errors.py", "_fs.py", "gymnasium.py", "testing.py"]
+    # gymnasium.py, mjlab.py: the public faces of record/gymnasium.py and record/mjlab.py.
+    assert top == ["__init__.py", "__main__.py", "_errors.py", "_fs.py", "gymnasium.py", "mjlab.py", "testing.py"]
     for wing in WINGS:
         doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
         assert doc, f"{wing}/__init__.py needs a docstring saying what the wing is for"

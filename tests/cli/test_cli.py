@@ -304,3 +304,26 @@ def test_tiny_demo(tmp_path):
         assert a.n_worlds == 3 and a.n_frames == 16 and a.verify().ok  # 0.5 s at 30 fps, both ends
         assert "ctrl" in a.tracks
     assert decode_video(videos[0])[0].shape[0] == 16
+
+
+def test_info_says_how_the_model_xml_was_written(tmp_path, humanoid_xml):
+    import mujoco
+
+    from mjarchive.archive.bundle.model_bundle import WRITTEN_AS
+
+    spec = mujoco.MjSpec.from_file(str(humanoid_xml))
+    spec.worldbody.add_body(name="added", pos=[1 / 3, 0, 0]).add_geom(size=[0.1, 0, 0])
+    for name, bundle in (("file", mjarchive.ModelBundle.from_file(humanoid_xml)),
+                         ("spec", mjarchive.ModelBundle.from_spec(spec))):
+        with mjarchive.create(tmp_path / name, bundle, n_worlds=1) as w:
+            w.append([0.0], np.zeros((1, 1, bundle.compile().nq)))
+        with mjarchive.open(tmp_path / name) as archive:
+            info = archive_info(archive)
+            assert info["producer"]["model_xml"] == bundle.written_as
+            row = next(line for line in format_info(info).splitlines() if line.startswith("model XML"))
+            assert row.split(None, 2)[2] == WRITTEN_AS[bundle.written_as]
+    assert mjarchive.ModelBundle.from_file(humanoid_xml).written_as == "source"
+    # Someone else's archive may say anything there: shown bounded, never trusted.
+    info["producer"]["model_xml"] = "x" * 4000
+    row = next(line for line in format_info(info).splitlines() if line.startswith("model XML"))
+    assert row.split(None, 2)[2] == "unknown (" + repr("x" * 64) + ")"

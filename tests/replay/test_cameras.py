@@ -15,6 +15,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 import mjarchive
 from mjarchive import Camera
 from mjarchive.replay.views.camera import View, project, track_path, view_pose
@@ -281,7 +283,7 @@ def test_model_cameras_are_the_default_when_named_and_auto_otherwise(walker, mug
 
 
 def test_cpu_and_warp_put_the_tracked_body_at_the_same_place(walker):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, _, _ = walker
     frames = list(range(0, N, 20))
     for cam in (Camera.track("torso", distance=3.0, azimuth=60, elevation=-15, yaw=True),

@@ -8,6 +8,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 from mjarchive import BackendError, MjArchiveError
 from mjarchive.replay.views.options import (FRAMES, KEYS, REFUSED, RENDER_FLAGS, VIS_FLAGS, SceneOptions, apply_cpu,
                                       warp_render_kwargs)
@@ -321,7 +323,7 @@ def test_warp_kwargs_checks_the_installed_signature():
 
 
 def test_warp_kwargs_match_the_installed_create_render_context():
-    mjw = pytest.importorskip("mujoco_warp")
+    mjw = requires_warp_replay()
     import inspect
 
     params = inspect.signature(mjw.create_render_context).parameters
@@ -335,7 +337,7 @@ def test_warp_render_hiding_a_group_removes_it(marker_model):
 
     It compiles Warp's render kernels: 14 s measured with an empty Warp kernel cache, under 1 s cached.
     """
-    mjw = pytest.importorskip("mujoco_warp")
+    mjw = requires_warp_replay()
     wp = pytest.importorskip("warp")
     h, w = 32, 48
 

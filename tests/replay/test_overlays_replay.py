@@ -8,6 +8,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 import mjarchive
 from mjarchive import Camera, Overlay
 from mjarchive.replay.views.camera import project, view_pose
@@ -153,7 +155,7 @@ def test_scene_overlays_follow_each_worlds_offset(run, tmp_path):
 
 
 def test_warp_refuses_overlays_and_renders_without_them(run, tmp_path):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, *_ = run
     with pytest.raises(mjarchive.BackendError, match=r"backend 'warp' cannot draw overlays.*overlays=\(\)"):
         mjarchive.render(path, tmp_path, backend="warp:cpu", size=SIZE, progress=False)

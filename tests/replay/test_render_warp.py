@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 import mjarchive
+from mjarchive.replay.backends.warp import unavailable
 
 pytest.importorskip("mujoco_warp")
+if unavailable():
+    pytest.skip(unavailable(), allow_module_level=True)
 SIZE = (48, 64)
 N_FRAMES = 3
 

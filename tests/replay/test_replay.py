@@ -9,6 +9,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 import mjarchive
 from mjarchive.testing import decode_video
 
@@ -184,7 +186,7 @@ MOCAP_XML = """
 @pytest.mark.parametrize("backend", ["cpu", "warp:cpu"])
 def test_mocap_body_visibly_moves(tmp_path, backend):
     if backend != "cpu":
-        pytest.importorskip("mujoco_warp")
+        requires_warp_replay()
     xml = tmp_path / "mocap.xml"
     xml.write_text(MOCAP_XML)
     path = tmp_path / "mocap.mjarchive"
@@ -212,3 +214,29 @@ def test_cpu_replay_never_imports_warp(humanoid_run):
         "assert not any(m == 'warp' or m.startswith(('warp.', 'mujoco_warp')) for m in sys.modules), 'warp imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_warp_replay_gate_reads_the_installed_mujoco_warp(monkeypatch):
+    mjw = pytest.importorskip("mujoco_warp")
+    from mjarchive.replay.backends import warp
+
+    for version, refused in (("3.11.0", True), ("3.15.2", True), ("3.16.0", False), ("4.0.0", False)):
+        monkeypatch.setattr(mjw, "__version__", version)
+        reason = warp.unavailable.__wrapped__()
+        assert (reason is not None) == refused, (version, reason)
+        if refused:
+            assert f"(installed: {version})" in reason and "backend='cpu'" in reason
+
+
+def test_warp_replay_refused_with_the_reason_where_it_cannot_render(tmp_path, humanoid_xml):
+    from mjarchive.replay.backends.warp import unavailable
+
+    if unavailable() is None:
+        pytest.skip("backend 'warp' renders here")
+    path = tmp_path / "a.mjarchive"
+    with mjarchive.create(path, humanoid_xml, n_worlds=1) as writer:
+        writer.append([0.0], np.zeros((1, 1, 28)))
+    with pytest.raises(mjarchive.BackendError) as refused:
+        mjarchive.render(path, tmp_path / "out", backend="warp:cpu", size=(24, 32), progress=False)
+    assert str(refused.value) == unavailable()
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -10,6 +10,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 import mjarchive
 from mjarchive import Camera
 from mjarchive.replay.views.camera import project, view_pose
@@ -107,7 +109,7 @@ def test_tracking_one_world_of_a_scene_keeps_it_centred_and_the_others_in_view(r
 
 
 def test_cpu_and_warp_scenes_agree_on_each_robots_image_position(run, tmp_path):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, _, qpos = run
     lookat = (0.2, 0.0, 1.0)
     cam = Camera.free(lookat=lookat, **CAMERA)

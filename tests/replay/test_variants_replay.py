@@ -10,8 +10,11 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import requires_warp_replay
+
 import mjarchive
 from mjarchive import Camera
+from mjarchive.replay.backends.warp import unavailable as warp_unavailable
 from mjarchive.replay.plan import split
 
 SIZE = (48, 64)
@@ -174,7 +177,7 @@ def test_per_world_units_end_at_changes_grid_units_span_them(run, tmp_path):
 
 
 def test_warp_draws_each_world_with_its_values_packed_in_one_launch(run):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, model, qpos, values = run
     cpu = _frames(path)
     packed = _frames(path, backend="warp:cpu", warp_batch=8)  # both worlds' states share launches
@@ -264,7 +267,7 @@ def test_a_replay_model_of_other_elements_is_refused(run, humanoid_xml):
 
 
 def test_warp_scene_copies_take_their_worlds_values(run, tmp_path):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, *_ = run
     cam = Camera.free(lookat=(0.0, 0.0, 1.0), distance=6.0, azimuth=90.0, elevation=-20.0)
     frames = {}
@@ -342,7 +345,7 @@ def test_tracking_paths_follow_a_moved_body(fields_run):
 
 
 def test_warp_takes_light_material_camera_and_kinematic_fields_per_world(fields_run):
-    pytest.importorskip("mujoco_warp")
+    requires_warp_replay()
     path, model, qpos, values = fields_run
     warp = _frames(path, backend="warp:cpu", warp_batch=8)
     cpu = _frames(path)
@@ -515,7 +518,7 @@ def test_scene_labels_are_placed_with_the_values_in_force_on_both_backends(tmp_p
         return draw(self, rgb, i, q, camera_pose)
 
     monkeypatch.setattr(SceneLabels, "draw", record)
-    backends = ["cpu"] + (["warp:cpu"] if importlib.util.find_spec("mujoco_warp") else [])
+    backends = ["cpu"] + (["warp:cpu"] if importlib.util.find_spec("mujoco_warp") and not warp_unavailable() else [])
     for backend in backends:
         mjarchive.render(path, tmp_path / backend, layout="scene", cameras=[CAMERA], size=SIZE, quality="fast",
                          backend=backend, workers=1, progress=False)

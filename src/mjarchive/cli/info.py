@@ -10,6 +10,7 @@ import numpy as np
 from zarr.core.sync import sync
 
 from .._errors import MjArchiveError
+from ..archive.bundle.model_bundle import WRITTEN_AS
 from ..archive.format import BUNDLE_GROUP
 
 __all__ = ["INFO_KEYS", "archive_info", "format_info"]
@@ -115,6 +116,11 @@ def archive_info(archive: Any) -> dict[str, Any]:
     return info
 
 
+def _written_as(value: str) -> str:
+    """How the recorder made the bundle's XML (producer key `model_xml`; any string from a hostile archive)."""
+    return WRITTEN_AS.get(value) or f"unknown ({value[:64]!r})"
+
+
 def _human_bytes(n: int | None) -> str:
     if n is None:
         return "unknown"
@@ -173,6 +179,7 @@ def format_info(info: dict[str, Any]) -> str:
         ("cameras", ", ".join(info["cameras"]) or "none (renders use auto, free or track cameras)"),
         ("model", model),
         ("model sha256", info["model_sha256"]),
+        *([("model XML", _written_as(info["producer"]["model_xml"]))] if "model_xml" in info["producer"] else []),
         ("MuJoCo", f"{info['mujoco_version']} (recorded with), producer {info['producer'].get('name', '?')} "
                    f"{info['producer'].get('version', '?')} backend={info['producer'].get('backend', '?')}"),
         ("size", f"{_human_bytes(info['size_bytes'])} in total; trajectories {_human_bytes(info['data_bytes'])} "

@@ -153,7 +153,10 @@ def apply_recipe(spec: mujoco.MjSpec, recipe: dict) -> mujoco.MjSpec:
                           f"{REPLAY_NAME!r} are reserved for replay cameras; rename it")
         # On a body of their own, last in the tree: cameras of the world body would come first.
         body = spec.worldbody.add_body(name=REPLAY_NAME)
-        body.fuse = False  # <compiler fusestatic> would move them to the world body
+        if hasattr(body, "fuse"):
+            body.fuse = False  # <compiler fusestatic> would move them to the world body
+        else:  # MuJoCo before 3.16 can only keep it by fusing no static body at all
+            spec.compiler.fusestatic = False
         for j, fovy in enumerate(fovys):
             body.add_camera(name=f"{REPLAY_NAME}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
     return spec
@@ -192,7 +195,7 @@ def _scene(base: mujoco.MjSpec, copies: list[tuple[float, float, float]]) -> muj
     for elements, attrs in _ASSET_REFS:
         for element in getattr(scene, elements):
             for attr in attrs:
-                name = getattr(element, attr)
+                name = getattr(element, attr, None)  # sites name meshes from MuJoCo 3.16 on
                 if name and not name.startswith("scene0/"):
                     setattr(element, attr, _COPY_PREFIX.sub("scene0/", name, count=1))
     for element in [*scene.lights, *scene.cameras]:  # attach prefixes a target "world" here (only)

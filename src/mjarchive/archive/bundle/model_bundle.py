@@ -191,11 +191,15 @@ class ModelBundle:
     """One flattened MJCF XML plus every asset it needs, under flat unique names.
 
     Build one with `from_file`, `from_spec` or `from_xml`; compile it with `compile()`.
-    Two bundles are equal when their `sha256` is equal.
+    Two bundles are equal when their `sha256` is equal. `written_as` says how the XML was made,
+    where this process made it: 'source' (the author's own XML, flattened), 'spec' (MuJoCo's
+    writing of an MjSpec as written, every number exact), 'compiled' (MuJoCo's compiled values, 6
+    significant digits: not bit-exact; see `WRITTEN_AS`), or None (given as bytes).
     """
 
     xml: str
     assets: Mapping[str, bytes]
+    written_as: str | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         for name in self.assets:
@@ -254,30 +258,41 @@ class ModelBundle:
             # The author's own XML text, flattened, when it compiles from the bundle's bytes alone.
             try:
                 text = _flatten_source(source, collector, meshdir, texdir)
-                return cls._compiled(text, assets, _compile_bytes(text, assets))
+                return cls._compiled(text, assets, _compile_bytes(text, assets), "source")
             except Exception:  # saved from the spec instead
                 pass
         spec.assets = dict(assets)
         xml = _save_as_written(spec)
         if xml is not None:
             try:
-                return cls._compiled(xml, assets, _compile_bytes(xml, assets))
+                return cls._compiled(xml, assets, _compile_bytes(xml, assets), "spec")
             except UnsafeBundleError:
                 raise
             except BundleError:  # MuJoCo wrote what it cannot read back: its compiled values instead
                 pass
-        # What MJCF cannot say as written (e.g. attached models with other inertia settings):
-        # MuJoCo's compiled values, 6 significant digits, so not bit-exact.
-        spec.compiler.savecompiled = spec.compiler.savecanonical = True
+        # What MJCF cannot say as written (e.g. attached models with other inertia settings), or a
+        # MuJoCo that can only write compiled models (before savecompiled): MuJoCo's compiled values,
+        # 6 significant digits, so not bit-exact.
+        if _WRITES_SPEC_AS_WRITTEN:
+            spec.compiler.savecompiled = spec.compiler.savecanonical = True
         try:
             xml = spec.to_xml()
         except Exception as exc:
             raise BundleError(f"MuJoCo could not compile the model while bundling it: {exc}") from None
-        return cls._compiled(xml, assets, _compile_bytes(xml, assets))
+        try:
+            model = _compile_bytes(xml, assets)
+        except UnsafeBundleError:
+            raise
+        except BundleError:
+            repaired = _repair_default_classes(xml)
+            if repaired == xml:
+                raise
+            xml, model = repaired, _compile_bytes(repaired, assets)
+        return cls._compiled(xml, assets, model, "compiled")
 
     @classmethod
-    def _compiled(cls, xml: str, assets: Mapping[str, bytes], model: mujoco.MjModel) -> ModelBundle:
-        bundle = cls(xml, assets)
+    def _compiled(cls, xml: str, assets: Mapping[str, bytes], model: mujoco.MjModel, written_as: str) -> ModelBundle:
+        bundle = cls(xml, assets, written_as)
         object.__setattr__(bundle, "_model", model)
         return bundle
 
@@ -498,6 +513,17 @@ def _compile_bytes(xml: str, assets: Mapping[str, bytes]) -> mujoco.MjModel:
         raise BundleError(f"the bundled model does not compile: {exc}") from None
 
 
+#: How a bundle's XML was made (`ModelBundle.written_as`), as `info` explains it.
+WRITTEN_AS = {
+    "source": "the author's XML, flattened (exact)",
+    "spec": "MuJoCo's writing of the MjSpec as written (exact)",
+    "compiled": "MuJoCo's compiled values, 6 significant digits (not bit-exact: this MuJoCo cannot write an "
+                "MjSpec as written)",
+}
+#: MuJoCo >= 3.16 writes a spec as written (<compiler savecompiled>); older ones only compiled values.
+_WRITES_SPEC_AS_WRITTEN = hasattr(mujoco.MjSpec().compiler, "savecompiled")
+
+
 def _save_as_written(spec: mujoco.MjSpec) -> str | None:
     """The spec as MJCF with every number exact, in the notation it was written in, or None.
 
@@ -506,6 +532,8 @@ def _save_as_written(spec: mujoco.MjSpec) -> str | None:
     the spec itself, numbers exactly and angles, orientations and fromto as written, so the text
     compiles to the same model; `encode` does so without compiling (`to_xml` would compile).
     """
+    if not _WRITES_SPEC_AS_WRITTEN:
+        return None
     spec.compiler.savecompiled = spec.compiler.savecanonical = False
     # encode writes only files; a memory file system where there is one (removing a directory on
     # disk took longer than compiling a small model).
@@ -526,6 +554,32 @@ def _save_as_written(spec: mujoco.MjSpec) -> str | None:
     finally:
         os.unlink(path)
     return None
+
+
+def _repair_default_classes(xml: str) -> str:
+    """MuJoCo 3.11 writes an attached spec's defaults with an empty, class-less `<default/>` and a
+    class nested in itself, which its own parser refuses: drop the empty one and hoist a nested
+    same-named class into its parent (its settings then belong to that one class, as compiled)."""
+    root = ET.fromstring(xml)
+    changed = False
+    pending = [d for d in root.iter("default")]
+    while pending:
+        top = pending.pop()
+        for child in list(top):
+            if child.tag != "default":
+                continue
+            if not child.attrib and not len(child):
+                top.remove(child)
+                changed = True
+            elif child.get("class") is not None and child.get("class") == top.get("class"):
+                position = list(top).index(child)
+                top.remove(child)
+                for offset, grandchild in enumerate(list(child)):
+                    top.insert(position + offset, grandchild)
+                pending.append(top)  # what was hoisted may itself be nested in its own name
+                changed = True
+                break
+    return ET.tostring(root, encoding="unicode") if changed else xml
 
 
 _SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK) else None

@@ -24,6 +24,8 @@ consistency). A geom switched to a height field the model's own geoms do not use
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from collections.abc import Iterable, Iterator
 
 import mujoco
@@ -37,7 +39,7 @@ from ..views.scene import REPLAY_NAME
 from ..views.variant_map import VariantSpans
 from .base import Backend, UnitStates, needs_tendon_stage
 
-__all__ = ["BACKEND", "WarpBackend", "WarpRenderer", "default_device", "batch_size", "PackedUnit", "PackedResult",
+__all__ = ["BACKEND", "WarpBackend", "WarpRenderer", "unavailable", "default_device", "batch_size", "PackedUnit", "PackedResult",
            "pack", "render_packed", "unpack"]
 
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
@@ -49,12 +51,37 @@ REPLAY_CAMERA = f"{REPLAY_NAME}-"
 UNDRAWN_FIELDS = frozenset({"site_rgba", "site_size"})
 
 
-def _import():
+#: The oldest mujoco-warp whose ray tracer draws what replay asks of it (per-world model values,
+#: scene layouts, geom groups, one camera of many); recording with MuJoCo Warp needs no such minimum.
+MIN_MUJOCO_WARP = (3, 16)
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why backend 'warp' cannot render in this environment, or None when it can."""
     try:
-        import mujoco_warp as mjw
-        import warp as wp
+        import mujoco_warp
+        import warp
     except ImportError as exc:
-        raise BackendError(f"backend 'warp' needs mujoco-warp and warp-lang ({exc}); install `mjarchive[warp]`") from None
+        return f"backend 'warp' needs mujoco-warp and warp-lang ({exc}); install `mjarchive[warp]`"
+    del warp  # only whether it imports matters here
+    version = getattr(mujoco_warp, "__version__", "0")
+    parts = tuple(int(p) for p in re.findall(r"[0-9]+", version)[:2])
+    if parts < MIN_MUJOCO_WARP:
+        return (f"backend 'warp' renders with mujoco-warp {'.'.join(map(str, MIN_MUJOCO_WARP))} or later (installed: "
+                f"{version[:32]}), whose ray tracer draws per-world model values, scenes and geom groups as replay "
+                "needs; render with backend='cpu', or where a newer mujoco-warp is installed (mjlab 1.6 pins 3.11: "
+                "record there, render elsewhere)")
+    return None
+
+
+def _import():
+    reason = unavailable()
+    if reason is not None:
+        raise BackendError(reason)
+    import mujoco_warp as mjw
+    import warp as wp
+
     return wp, mjw
 
 
@@ -162,7 +189,9 @@ class WarpRenderer:
             with self._wp.ScopedDevice(self.device):
                 rc = self._mjw.create_render_context(
                     self.model, nworld=self.nworld, cam_res=(self.size[1], self.size[0]), render_rgb=True,
-                    render_depth=False, render_seg=False, cam_active=[cid], **kwargs,
+                    render_depth=False, render_seg=False,
+                    # a mask over the model's cameras: mujoco-warp 3.x reads only masks, 4.x also ids
+                    cam_active=[i == cid for i in range(self.model.ncam)], **kwargs,
                 )
             self._contexts[cid, dynamic_rays] = rc
         return rc

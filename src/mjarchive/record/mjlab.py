@@ -1,0 +1,144 @@
+"""mjlab: record a `ManagerBasedRlEnv` while it trains or plays (`mjarchive.mjlab.RecordTrajectory`).
+
+Wraps the env the way mjlab's own `VideoRecorder` does (a `ManagerBasedRlEnv` that hands every
+other attribute to the env it wraps), so `RslRlVecEnvWrapper` and the runner see the env they
+expect. After each `step()` (and the first `reset()`) the selected envs' `qpos` and mocap poses
+are gathered on the env's device by torch and only their rows reach the host (the array path of
+`mjarchive.Recorder`). A frame is kept every `k` env steps, the fewest steps whose rate is at most
+the requested `fps` (default: every step, as mjlab's video). Time is the env's step count ×
+`step_dt`, on the host: no device synchronization per step. Resets come from the env's own
+signal (`reset_buf` after an auto-reset step, the ids given to `reset()`): the first recorded
+frame after a reset starts a new episode, so no frame spans two episodes. The model is the env's
+scene spec (`env.scene.spec`), bundled bit-exactly where the installed MuJoCo can write an MjSpec
+as written (3.16 and later; before: its compiled values, see `ModelBundle.written_as`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from mjlab.envs import ManagerBasedRlEnv
+
+from .._errors import MjArchiveError
+from ..archive.bundle.model_bundle import ModelBundle
+from .recorder import Recorder
+
+__all__ = ["RecordTrajectory", "default_env_ids"]
+
+_TRACK_RE = re.compile(r"[^a-z0-9_]")
+
+
+def default_env_ids(env: ManagerBasedRlEnv) -> list[int]:
+    """The envs mjlab's viewer and video show: `viewer.env_idx` and its `max_extra_envs` neighbours."""
+    viewer = getattr(env.cfg, "viewer", None)
+    first = int(getattr(viewer, "env_idx", 0))
+    extra = int(getattr(viewer, "max_extra_envs", 2))
+    return [i for i in range(first, first + extra + 1) if 0 <= i < env.num_envs] or [0]
+
+
+def command_track(name: str) -> str:
+    """The track name of command term `name` (`command_` + its name in lower case, `_` for others)."""
+    return ("command_" + _TRACK_RE.sub("_", name.lower()))[:64]
+
+
+class RecordTrajectory(ManagerBasedRlEnv):
+    """Record envs of an mjlab `ManagerBasedRlEnv` into an mjarchive archive.
+
+    `env_ids`: the envs recorded (default: those mjlab's video and viewer show, see
+    `default_env_ids`); they keep their index as world ID. `fps`: frames per second of simulated
+    time at most (default: every env step, 1 / step_dt). `actions`, `rewards`: also record the
+    processed action (`action`, (action_dim,)) and the step reward (`reward`, ()) as tracks;
+    `commands`: command terms recorded as tracks `command_<name>`. Other keyword arguments go to
+    `mjarchive.create` (e.g. `dtype="float64"`, `chunk_frames`). Close it (or the env wrapping it)
+    to finalize the archive; frames up to the last commit survive a crash either way.
+    """
+
+    def __init__(self, env: ManagerBasedRlEnv, path: Any, *, env_ids: Iterable[int] | None = None,
+                 fps: float | None = None, actions: bool = False, rewards: bool = False,
+                 commands: Sequence[str] = (), **create_kwargs: Any):
+        if not isinstance(env, ManagerBasedRlEnv):
+            raise MjArchiveError(f"RecordTrajectory wraps an mjlab ManagerBasedRlEnv (got {type(env).__name__}); wrap it "
+                                 "before the RSL-RL wrapper: env = RslRlVecEnvWrapper(RecordTrajectory(env, path))")
+        # Like mjlab's VideoRecorder: no super().__init__(), the wrapped env holds the state.
+        self._wrapped_env = env
+        base = env.unwrapped
+        ids = default_env_ids(base) if env_ids is None else [int(i) for i in env_ids]
+        bad = [i for i in ids if not 0 <= i < base.num_envs]
+        if not ids or bad or len(set(ids)) != len(ids):
+            raise MjArchiveError(f"env_ids must be distinct envs of 0..{base.num_envs - 1}, got {list(env_ids or [])[:16]}")
+        step_dt = float(base.step_dt)
+        if fps is not None and not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
+            raise MjArchiveError(f"fps must be a positive number of frames per second, got {fps!r}")
+        self.steps_per_frame = 1 if fps is None else max(1, math.ceil(round(1.0 / (fps * step_dt), 9)))
+        known = list(getattr(base.command_manager, "active_terms", []))
+        missing = [c for c in commands if c not in known]
+        if missing:
+            raise MjArchiveError(f"no command term {missing[0]!r} in this env; its command terms: {known}")
+        self._commands = {command_track(c): c for c in commands}
+        tracks: dict[str, Any] = {}
+        if actions:
+            tracks["action"] = (int(base.action_manager.total_action_dim),)
+        if rewards:
+            tracks["reward"] = ()
+        for track, term in self._commands.items():
+            tracks[track] = tuple(base.command_manager.get_command(term).shape[1:])
+        self._actions, self._rewards = actions, rewards
+        self._time_step = step_dt
+        self.recorder = Recorder(
+            path, ModelBundle.from_spec(base.scene.spec), worlds=ids, n_worlds=base.num_envs,
+            output_fps=1.0 / (self.steps_per_frame * step_dt), tracks=tracks,
+            timestep=float(base.physics_dt), **create_kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped_env, name)
+
+    @property
+    def unwrapped(self) -> ManagerBasedRlEnv:
+        return self._wrapped_env.unwrapped
+
+    @property
+    def env_ids(self) -> list[int]:
+        return [int(i) for i in self.recorder.world_ids]
+
+    def reset(self, *args: Any, env_ids: Any = None, **kwargs: Any) -> Any:
+        out = self._wrapped_env.reset(*args, env_ids=env_ids, **kwargs)
+        base = self.unwrapped
+        mask = torch.zeros(base.num_envs, dtype=torch.bool, device=base.device)
+        mask[slice(None) if env_ids is None else torch.as_tensor(env_ids, device=base.device)] = True
+        self._record(mask)  # the first state is a frame; later, the mask waits for the next frame
+        return out
+
+    def step(self, action: torch.Tensor) -> Any:
+        out = self._wrapped_env.step(action)
+        base = self.unwrapped
+        # Auto-reset envs were reset inside step(); without auto-reset the caller's reset() says so.
+        self._record(base.reset_buf if base.cfg.auto_reset else None)
+        return out
+
+    def _record(self, reset: torch.Tensor | None) -> None:
+        """Offer the recorder this state: it keeps a frame when its clock says so (the recorder
+        gathers nothing on other calls) and keeps `reset` for the next frame either way."""
+        base = self.unwrapped
+        data = base.sim.data
+        arrays = {"qpos": data.qpos[:]}
+        if base.sim.mj_model.nmocap:
+            arrays["mocap_pos"], arrays["mocap_quat"] = data.mocap_pos[:], data.mocap_quat[:]
+        if self._actions:
+            arrays["action"] = base.action_manager.action
+        if self._rewards:  # before the first step (the state after reset()) no reward was computed: 0
+            arrays["reward"] = getattr(base, "reward_buf", None)
+            if arrays["reward"] is None:
+                arrays["reward"] = torch.zeros(base.num_envs, device=base.device)
+        for track, term in self._commands.items():
+            arrays[track] = base.command_manager.get_command(term)
+        self.recorder.record(reset=reset, time=base.common_step_counter * self._time_step, **arrays)
+
+    def close(self) -> None:
+        try:
+            self.recorder.close()
+        finally:
+            self._wrapped_env.close()
