@@ -13,11 +13,11 @@ Example (in mjlab's train script, before `RslRlVecEnvWrapper`)::
 """
 
 try:
-    from .record.mjlab import RecordTrajectory, default_env_ids
+    from .record.mjlab import RecordTrajectory, default_env_ids, scene_bundle
 except ModuleNotFoundError as exc:
     if exc.name is None or exc.name.partition(".")[0] not in ("mjlab", "torch"):
         raise
     raise ModuleNotFoundError(f"mjarchive.mjlab needs mjlab ({exc.name} is missing): pip install mjlab",
                               name=exc.name) from exc
 
-__all__ = ["RecordTrajectory", "default_env_ids"]
+__all__ = ["RecordTrajectory", "default_env_ids", "scene_bundle"]

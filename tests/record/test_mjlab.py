@@ -159,3 +159,50 @@ def test_bad_requests_are_clear_errors(tmp_path):
         assert not any(tmp_path.iterdir())  # nothing was created for a refused request
     finally:
         env.close()
+
+
+def test_resets_between_sparse_frames_and_resets_by_others_start_episodes(tmp_path):
+    """Frames every 3rd step: a reset inside a step (auto-reset), through the wrapper's reset() or
+    behind its back (mjlab's viewer resets the unwrapped env) starts an episode at the next frame."""
+    env = make_env(n_envs=3)
+    k = 3
+    rec = RecordTrajectory(env, tmp_path / "sparse.mjarchive", env_ids=[0, 1, 2], fps=1 / (k * env.step_dt) + 1e-9)
+    rec.reset()
+    restarts = {w: set() for w in range(3)}  # env steps whose recorded state (or the next) is an episode's first
+    for step, a in enumerate(actions(rec, 24), start=1):
+        _, _, terminated, truncated, _ = rec.step(a)
+        for w in np.flatnonzero((terminated | truncated).numpy()):
+            restarts[int(w)].add(step)
+        if step == 7:
+            rec.unwrapped.reset(env_ids=torch.tensor([1]))  # behind the wrapper's back
+            restarts[1].add(step + 1)
+        if step == 14:
+            rec.reset(env_ids=[2])
+            restarts[2].add(step + 1)
+    rec.close()
+    with mjarchive.open(tmp_path / "sparse.mjarchive") as archive:
+        assert archive.n_frames == 24 // k + 1
+        for w in range(3):
+            want = sorted({0} | {-(-s // k) for s in restarts[w] if -(-s // k) < archive.n_frames})
+            assert [ep.start for ep in archive.episodes(w)] == want, (w, sorted(restarts[w]))
+
+
+def test_scene_bundle_reads_an_attached_robots_meshes():
+    """mjlab's Go1 scene: the robot's meshes lie beside its own XML, not the scene's."""
+    from types import SimpleNamespace
+
+    from mjlab.scene import Scene
+    from mjlab.tasks.registry import load_env_cfg
+
+    from mjarchive.mjlab import scene_bundle
+
+    importlib.import_module("mjlab.tasks")
+    cfg = load_env_cfg("Mjlab-Velocity-Flat-Unitree-Go1")
+    cfg.scene.num_envs = 1
+    scene = Scene(cfg.scene, device="cpu")
+    bundle = scene_bundle(SimpleNamespace(scene=scene))
+    got, want = mjarchive.ModelBundle(bundle.xml, bundle.assets).compile(), scene.spec.compile()
+    assert bundle.assets and got.nmesh == want.nmesh > 0
+    assert (got.nq, got.nbody, got.ngeom, got.nmocap) == (want.nq, want.nbody, want.ngeom, want.nmocap)
+    np.testing.assert_allclose(got.mesh_vert, want.mesh_vert, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got.geom_size, want.geom_size, rtol=1e-5, atol=1e-7)

@@ -7,37 +7,97 @@ are gathered on the env's device by torch and only their rows reach the host (th
 `mjarchive.Recorder`). A frame is kept every `k` env steps, the fewest steps whose rate is at most
 the requested `fps` (default: every step, as mjlab's video). Time is the env's step count ×
 `step_dt`, on the host: no device synchronization per step. Resets come from the env's own
-signal (`reset_buf` after an auto-reset step, the ids given to `reset()`): the first recorded
+signals: `reset_buf` after an auto-reset step, the ids given to `reset()`, and any env whose
+`episode_length_buf` did not grow (reset by someone else, e.g. mjlab's viewer); the first recorded
 frame after a reset starts a new episode, so no frame spans two episodes. The model is the env's
-scene spec (`env.scene.spec`), bundled bit-exactly where the installed MuJoCo can write an MjSpec
-as written (3.16 and later; before: its compiled values, see `ModelBundle.written_as`).
+scene spec (`env.scene.spec`) with each entity's mesh and texture files (an attached robot's files
+are relative to its own XML), bundled bit-exactly where the installed MuJoCo can write an MjSpec as
+written (3.16 and later; before: its compiled values, see `ModelBundle.written_as`, and textures
+built from pixel buffers are dropped, which MuJoCo before 3.16 cannot write).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import mujoco
 import torch
 from mjlab.envs import ManagerBasedRlEnv
 
-from .._errors import MjArchiveError
+from .._errors import BundleError, MjArchiveError
 from ..archive.bundle.model_bundle import ModelBundle
 from .recorder import Recorder
 
-__all__ = ["RecordTrajectory", "default_env_ids"]
+__all__ = ["RecordTrajectory", "default_env_ids", "scene_bundle"]
 
 _TRACK_RE = re.compile(r"[^a-z0-9_]")
 
 
 def default_env_ids(env: ManagerBasedRlEnv) -> list[int]:
-    """The envs mjlab's viewer and video show: `viewer.env_idx` and its `max_extra_envs` neighbours."""
+    """The envs mjlab's viewer and video show: `viewer.env_idx` (clamped) and the `max_extra_envs`
+    envs whose origins are nearest to it."""
     viewer = getattr(env.cfg, "viewer", None)
-    first = int(getattr(viewer, "env_idx", 0))
-    extra = int(getattr(viewer, "max_extra_envs", 2))
-    return [i for i in range(first, first + extra + 1) if 0 <= i < env.num_envs] or [0]
+    n = int(env.num_envs)
+    first = min(max(int(getattr(viewer, "env_idx", 0)), 0), n - 1)
+    extra = max(int(getattr(viewer, "max_extra_envs", 2)), 0)
+    origins = torch.as_tensor(env.scene.env_origins, dtype=torch.float64).cpu().reshape(n, -1)
+    distance = ((origins - origins[first]) ** 2).sum(dim=1)
+    distance[first] = -1.0  # itself first, even where origins coincide
+    nearest = torch.argsort(distance, stable=True)[:extra + 1]
+    return sorted(int(i) for i in nearest)
+
+
+def scene_bundle(env: ManagerBasedRlEnv) -> ModelBundle:
+    """The env's scene as a bundle: its spec, with each attached entity's files (relative to that
+    entity's own XML and mesh/texture directory) read into the spec's assets under unique names."""
+    spec = env.scene.spec.copy()
+    assets = dict(spec.assets)
+    by_name: dict[tuple[str, str], str] = {}  # (kind, element name) -> absolute file
+    for entity in env.scene.entities.values():
+        child = getattr(entity, "spec", None)
+        if child is None:
+            continue
+        base_dir = child.modelfiledir or ""
+        for kind, elements, directory in (("mesh", child.meshes, child.meshdir), ("hfield", child.hfields, child.meshdir),
+                                          ("skin", child.skins, child.meshdir),
+                                          ("texture", child.textures, child.texturedir)):
+            for element in elements:
+                if element.name and element.file:
+                    by_name[kind, element.name] = os.path.join(base_dir, directory or "", element.file)
+    for kind, elements in (("mesh", spec.meshes), ("hfield", spec.hfields), ("skin", spec.skins),
+                           ("texture", spec.textures)):
+        for element in elements:
+            path = by_name.get((kind, element.name))
+            if element.file and path is not None and os.path.isfile(path):
+                key = f"{element.name}/{os.path.basename(element.file)}"
+                with open(path, "rb") as f:
+                    assets[key] = f.read()
+                element.file = key
+    spec.assets = assets
+    try:
+        return ModelBundle.from_spec(spec)
+    except BundleError as exc:
+        if "buffer texture" not in str(exc):
+            raise
+        _drop_buffer_textures(spec)  # MuJoCo before 3.16 cannot write textures made from pixels
+        return ModelBundle.from_spec(spec)
+
+
+def _drop_buffer_textures(spec) -> None:
+    """Remove textures built from pixel data, the materials using them and their geoms' references."""
+    names = {t.name for t in spec.textures if len(t.data)}
+    for texture in [t for t in spec.textures if t.name in names]:
+        spec.delete(texture)
+    materials = {m.name for m in spec.materials if m.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] in names}
+    for material in [m for m in spec.materials if m.name in materials]:
+        spec.delete(material)
+    for geom in spec.geoms:
+        if geom.material in materials:
+            geom.material = ""
 
 
 def command_track(name: str) -> str:
@@ -51,8 +111,10 @@ class RecordTrajectory(ManagerBasedRlEnv):
     `env_ids`: the envs recorded (default: those mjlab's video and viewer show, see
     `default_env_ids`); they keep their index as world ID. `fps`: frames per second of simulated
     time at most (default: every env step, 1 / step_dt). `actions`, `rewards`: also record the
-    processed action (`action`, (action_dim,)) and the step reward (`reward`, ()) as tracks;
-    `commands`: command terms recorded as tracks `command_<name>`. Other keyword arguments go to
+    action the policy gave (`action`, (action_dim,): mjlab's `action_manager.action`, which it
+    zeroes when an env resets, so 0 on a frame right after a reset) and the step's reward
+    (`reward`, (): on a frame right after an auto-reset, the terminal step's; 0 on the first
+    frame); `commands`: command terms recorded as tracks `command_<name>`. Other keyword arguments go to
     `mjarchive.create` (e.g. `dtype="float64"`, `chunk_frames`). Close it (or the env wrapping it)
     to finalize the archive; frames up to the last commit survive a crash either way.
     """
@@ -69,7 +131,7 @@ class RecordTrajectory(ManagerBasedRlEnv):
         ids = default_env_ids(base) if env_ids is None else [int(i) for i in env_ids]
         bad = [i for i in ids if not 0 <= i < base.num_envs]
         if not ids or bad or len(set(ids)) != len(ids):
-            raise MjArchiveError(f"env_ids must be distinct envs of 0..{base.num_envs - 1}, got {list(env_ids or [])[:16]}")
+            raise MjArchiveError(f"env_ids must be distinct envs of 0..{base.num_envs - 1}, got {ids[:16]}")
         step_dt = float(base.step_dt)
         if fps is not None and not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
             raise MjArchiveError(f"fps must be a positive number of frames per second, got {fps!r}")
@@ -88,8 +150,9 @@ class RecordTrajectory(ManagerBasedRlEnv):
             tracks[track] = tuple(base.command_manager.get_command(term).shape[1:])
         self._actions, self._rewards = actions, rewards
         self._time_step = step_dt
+        self._lengths = None  # episode_length_buf at the last call: an env whose count did not grow was reset
         self.recorder = Recorder(
-            path, ModelBundle.from_spec(base.scene.spec), worlds=ids, n_worlds=base.num_envs,
+            path, scene_bundle(base), worlds=ids, n_worlds=base.num_envs,
             output_fps=1.0 / (self.steps_per_frame * step_dt), tracks=tracks,
             timestep=float(base.physics_dt), **create_kwargs)
 
@@ -108,15 +171,26 @@ class RecordTrajectory(ManagerBasedRlEnv):
         out = self._wrapped_env.reset(*args, env_ids=env_ids, **kwargs)
         base = self.unwrapped
         mask = torch.zeros(base.num_envs, dtype=torch.bool, device=base.device)
-        mask[slice(None) if env_ids is None else torch.as_tensor(env_ids, device=base.device)] = True
+        if env_ids is None:
+            mask[:] = True
+        else:
+            mask[torch.as_tensor(env_ids, dtype=torch.long, device=base.device)] = True
+        self._lengths = base.episode_length_buf.clone()
         self._record(mask)  # the first state is a frame; later, the mask waits for the next frame
         return out
 
     def step(self, action: torch.Tensor) -> Any:
         out = self._wrapped_env.step(action)
         base = self.unwrapped
-        # Auto-reset envs were reset inside step(); without auto-reset the caller's reset() says so.
-        self._record(base.reset_buf if base.cfg.auto_reset else None)
+        # Auto-reset envs were reset inside step(); without auto-reset the caller's reset() says so;
+        # an env reset elsewhere (mjlab's viewer, a direct unwrapped.reset) counts from 0 again.
+        lengths = base.episode_length_buf
+        reset = base.reset_buf if base.cfg.auto_reset else None
+        if self._lengths is not None:
+            restarted = lengths <= self._lengths
+            reset = restarted if reset is None else reset | restarted
+        self._lengths = lengths.clone()
+        self._record(reset)
         return out
 
     def _record(self, reset: torch.Tensor | None) -> None:

@@ -223,8 +223,9 @@ class ModelBundle:
     def from_spec(cls, spec: mujoco.MjSpec) -> ModelBundle:
         """Bundle an MjSpec; files are read relative to its model directory, `spec.assets` first.
 
-        The XML is MuJoCo's writing of the spec as written, every number exact, so the bundle
-        compiles to the same model as `spec.compile()`, bit for bit."""
+        With MuJoCo 3.16 or later the XML is MuJoCo's writing of the spec as written, every number
+        exact, so the bundle compiles to the same model as `spec.compile()`, bit for bit; before,
+        MuJoCo's compiled values with 6 significant digits (`written_as` says which)."""
         return cls._from_parsed_spec(spec.copy(), None)
 
     @classmethod
