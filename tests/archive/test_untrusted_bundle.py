@@ -131,6 +131,14 @@ def test_undamaged_archive_works_everywhere(base_archive, tmp_path, outside):
         assert o.status == "ok" and o.clean, (entry, o)
 
 
+def test_bundle_xml_that_is_not_utf8_is_a_format_error_everywhere(base_archive, tmp_path, outside, tet):
+    """Hashes recomputed over bytes that are not UTF-8: a FormatError at every entry point, never a
+    UnicodeDecodeError traceback."""
+    xml = _xml().encode() + b"<!-- \xff\xfe -->"
+    outcomes = _run_all(_case_archive(tmp_path, base_archive, xml, {"tet.stl": tet}), tmp_path, outside)
+    _assert_refused(outcomes, "FormatError", "not valid UTF-8")
+
+
 def test_mujoco_reads_submodels_from_the_host_disk(outside, tet):
     """Positive control: MuJoCo opens <model file=...> from the working directory, ignoring the
     assets dict, so a bundle member of that name cannot make it safe."""

@@ -240,7 +240,8 @@ class ArchiveWriter:
 
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record new values of model fields declared in `variant_fields` for some worlds, in force
-        from `frame` (default: the next appended frame) until their next change.
+        from `frame` (default: the next appended frame) until their next change. Changes come in
+        frame order: `frame` is never before the frame of an earlier call.
 
         `world_ids`: an original world ID or a sequence of them. Each field's value has the field's
         per-world shape (e.g. (ngeom, 4) for geom_rgba; the same for every listed world) or

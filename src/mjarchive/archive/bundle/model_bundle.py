@@ -390,7 +390,12 @@ class ModelBundle:
             raise FormatError("the model bundle's attributes are missing or malformed")
         if len(meta["assets"]) > MAX_ASSETS:
             raise FormatError(f"the model bundle declares {len(meta['assets'])} assets (limit {MAX_ASSETS})")
-        xml = _read_blob(group, "xml", meta.get("xml"), MAX_XML_BYTES).decode("utf-8", errors="strict")
+        raw_xml = _read_blob(group, "xml", meta.get("xml"), MAX_XML_BYTES)
+        try:
+            xml = raw_xml.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"the model bundle's XML is not valid UTF-8 (byte {exc.start} of {len(raw_xml)}); "
+                              "the archive was modified or corrupted") from None
         assets: dict[str, bytes] = {}
         for i, entry in enumerate(meta["assets"]):
             if not isinstance(entry, dict):
