@@ -24,9 +24,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import mujoco
 import torch
 from mjlab.envs import ManagerBasedRlEnv
+from mjlab.utils.xml import strip_buffer_textures
 
 from .._errors import BundleError, MjArchiveError
 from ..archive.bundle.model_bundle import ModelBundle
@@ -83,21 +83,8 @@ def scene_bundle(env: ManagerBasedRlEnv) -> ModelBundle:
     except BundleError as exc:
         if "buffer texture" not in str(exc):
             raise
-        _drop_buffer_textures(spec)  # MuJoCo before 3.16 cannot write textures made from pixels
+        strip_buffer_textures(spec)  # MuJoCo before 3.16 cannot write textures made from pixels
         return ModelBundle.from_spec(spec)
-
-
-def _drop_buffer_textures(spec) -> None:
-    """Remove textures built from pixel data, the materials using them and their geoms' references."""
-    names = {t.name for t in spec.textures if len(t.data)}
-    for texture in [t for t in spec.textures if t.name in names]:
-        spec.delete(texture)
-    materials = {m.name for m in spec.materials if m.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] in names}
-    for material in [m for m in spec.materials if m.name in materials]:
-        spec.delete(material)
-    for geom in spec.geoms:
-        if geom.material in materials:
-            geom.material = ""
 
 
 def command_track(name: str) -> str:

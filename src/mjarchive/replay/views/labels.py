@@ -30,7 +30,6 @@ class SceneLabels:
     the rendered ones; without, `model` must hold them (the CPU renderer's)."""
 
     def __init__(self, unit: Any, archive: Any, sel: Any, model: mujoco.MjModel, spans: VariantSpans | None = None):
-        self._format = format_lines
         self.unit = unit
         # What places a camera: kinematic fields (its body's pose) and its field of view.
         self._fields = [] if spans is None else [f for f in spans.layout.shapes if f in KINEMATIC_FIELDS or
@@ -86,7 +85,7 @@ class SceneLabels:
         for k, wid in enumerate(self.scene.world_ids):
             if not np.all(np.isfinite(xy[k])):
                 continue
-            lines = self._format(self.unit.labels, world=wid, episode=None if eps is None else int(eps[i, k]),
+            lines = format_lines(self.unit.labels, world=wid, episode=None if eps is None else int(eps[i, k]),
                                  tracks={name: v[i, k] for name, v in self._tracks.items()})
             if lines:
                 draw_label(rgb, "  ".join(lines), (float(xy[k, 0]), float(xy[k, 1])))
