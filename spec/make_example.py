@@ -9,6 +9,7 @@ The values are dyadic rationals (exact in float64), so tests/test_spec.py can re
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -85,6 +86,10 @@ def write(directory: Path = EXAMPLE_DIR) -> Path:
         for i in range(N_FRAMES):
             writer.append(data["time"][i], data["qpos"][i], mocap_pos=data["mocap_pos"][i],
                           mocap_quat=data["mocap_quat"][i], reset=data["reset"][i], reward=data["reward"][i])
+    # The writer lease (format 1.2), released by the writer (naming no one); its random token is pinned.
+    (directory / "_writer" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {
+        "mjarchive_writer": {"host": "", "pid": 0, "started": "", "token": "0" * 32, "expires": 0}}},
+        separators=(",", ":")))
     return directory
 
 

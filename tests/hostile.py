@@ -56,7 +56,9 @@ def run_entry(name: str, archive: str, out: str) -> dict:
            "cli_render": ["render", archive, "--out", out, "--size", "16x16", "--quality", "fast", "--workers", "1",
                           "--frames", "0:2", "--worlds", "{first}"],
            "cli_preview": ["preview", archive, "--out", os.path.join(out, "sheet.png"), "--size", "16x16"],
-           "cli_export_model": ["export-model", archive, out]}
+           "cli_export_model": ["export-model", archive, out],
+           # not in ENTRY_POINTS: the CLI's default selection, every world and frame
+           "cli_render_all": ["render", archive, "--out", out, "--size", "16x16", "--quality", "fast", "--workers", "1"]}
     if name in cli:
         argv = cli[name]
         if "{first}" in argv:
@@ -109,6 +111,12 @@ def run_entry(name: str, archive: str, out: str) -> dict:
         for _ in mjarchive.iter_frames(a, worlds=[a.world_ids[0]], frames=slice(0, min(a.n_frames, 2)),
                                        size=(16, 16), quality="fast"):
             pass
+    # Entries of their own (not in ENTRY_POINTS), for work that multiplies what is shown:
+    elif name == "render_scene":  # the first 64 worlds in one scene, up to 32 frames
+        mjarchive.render(a, out, worlds=list(a.world_ids[:64]), frames=slice(0, min(a.n_frames, 32)), size=(16, 16),
+                         quality="fast", workers=1, progress=False, layout="scene")
+    elif name in ("first_frame_auto", "first_frame_free"):  # every world and frame selected, one frame drawn
+        next(iter(mjarchive.iter_frames(a, camera=name.rsplit("_", 1)[1], size=(16, 16), quality="fast")))
     return {"status": "ok"}
 
 
@@ -124,6 +132,7 @@ def child(cmd: dict) -> None:
                   "classes": [c.__name__ for c in type(exc).__mro__], "message": str(exc)[:2000]}
     except BaseException as exc:
         result = {"status": "crash", "class": type(exc).__name__, "message": traceback.format_exc()[-3000:]}
+    result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes (Linux reports KiB)
     with open(cmd["result"], "w") as f:
         json.dump(result, f)
 
@@ -142,6 +151,9 @@ class Outcome:
     seconds: float = 0.0
     touched_outside: tuple[str, ...] = ()  # opened, read or written outside archive and output
     verify_ok: bool | None = None
+    #: The child's peak resident memory in bytes (from the fork on, so it includes what it shares
+    #: with the helper: compare it with a benign run's); None when the child left no result.
+    peak_rss: int | None = None
 
     @property
     def clean(self) -> bool:
@@ -182,4 +194,4 @@ def run(entry: str, archive: str | os.PathLike, out: str | os.PathLike, *, watch
         return Outcome(entry, "crash", message=f"child died with exit code {exitcode}", exitcode=exitcode,
                        seconds=seconds, touched_outside=touched)
     return Outcome(entry, data["status"], data.get("class", ""), tuple(data.get("classes", ())),
-                   data.get("message", ""), exitcode, seconds, touched, data.get("verify_ok"))
+                   data.get("message", ""), exitcode, seconds, touched, data.get("verify_ok"), data.get("peak_rss"))

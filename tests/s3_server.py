@@ -109,7 +109,7 @@ def s3_url(s3_server) -> str:
 
 # -- the child process ---------------------------------------------------------------------------
 def _logging_middleware(app, log_path: str):
-    lock = threading.Lock()
+    lock, conditional = threading.Lock(), threading.Lock()
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives as long as the server)
 
     def wrapped(environ, start_response):
@@ -128,6 +128,11 @@ def _logging_middleware(app, log_path: str):
                 log.write(json.dumps(record) + "\n")
             return start_response(status, headers, exc_info)
 
+        if environ.get("HTTP_IF_MATCH") or environ.get("HTTP_IF_NONE_MATCH"):
+            # moto checks a condition and then stores, in two steps; S3 does both atomically (of two
+            # racing conditional PUTs exactly one succeeds). Serialized here so tests see S3's rule.
+            with conditional:
+                return app(environ, logging_start_response)
         return app(environ, logging_start_response)
 
     return wrapped

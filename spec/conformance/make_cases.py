@@ -278,6 +278,29 @@ def _(out):
     return {**expected, "status": "live"}
 
 
+def _lease_doc(out: Path, raw: bytes) -> None:
+    (out / "_writer").mkdir(exist_ok=True)
+    (out / "_writer" / "zarr.json").write_bytes(raw)
+
+
+@case("valid-writer-lease", expect="valid", rule="writer-lease",
+      note="a 1.2 archive while its writer holds the lease (object storage: an expiry time): readers ignore it")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, close=False, chunk_frames=2)
+    _lease_doc(out, json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {"mjarchive_writer": {
+        "host": "node7", "pid": 4242, "started": "2026-01-01T00:00:00+00:00", "token": "0123456789abcdef" * 2,
+        "expires": 1767225660.5}}}, separators=(",", ":")).encode())
+    return expected
+
+
+@case("valid-writer-lease-garbage", expect="valid", rule="writer-lease",
+      note="a lease document that is not JSON (not UTF-8, unbalanced): readers never read it, so it does not matter")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    _lease_doc(out, b"\xff\xfe{{{{[[[[ not a lease " + b"[" * 64)
+    return expected
+
+
 @case("valid-finalized-stale-commit-document", expect="valid", rule="commit-protocol",
       note="a finalized root is the commit record: a commit document left by a crash during finalization "
            "(here a hostile one: a negative count, an unknown field) is ignored, never read")
@@ -430,6 +453,8 @@ for _name, _changes, _match, _schema in [
     ("version-trailing-newline", {"format_version": "1.0\n"}, "format_version", None),
     ("version-unicode-digits", {"format_version": "\u0661.\u0660"}, "format_version", None),
     ("version-five-digits", {"format_version": "1.00000"}, "format_version", None),
+    ("version-leading-zero-major", {"format_version": "01.1"}, "format_version", None),
+    ("version-leading-zero-minor", {"format_version": "1.00"}, "format_version", None),
     ("version-number", {"format_version": 1.0}, "format_version", None),
     ("world-ids-duplicate", {"world_ids": [0, 0]}, "duplicates", None),
     ("world-ids-negative", {"world_ids": [-1, 1]}, "world_ids", None),
@@ -581,6 +606,130 @@ def _(out):
     (out / "time" / "c").rmdir()
 
 
+@case("valid-consolidated-metadata-null", expect="valid", rule="layout",
+      note='"consolidated_metadata": null (what zarr-python 3.0 writes for every group) means absent')
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    for group in ("zarr.json", "model/zarr.json", "_commit/zarr.json"):
+        _edit_doc(out / group, lambda d: d.__setitem__("consolidated_metadata", None))
+    return expected
+
+
+@case("consolidated-metadata-empty-in-root", rule="security-requirements-for-readers", match="consolidated",
+      note="consolidated metadata listing no node is refused too: only null means absent")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "zarr.json", lambda d: d.__setitem__(
+        "consolidated_metadata", {"kind": "inline", "must_understand": False, "metadata": {}}))
+
+
+#: What a reader that read it would refuse: a blosc header claiming 2**31 decoded bytes, truncated.
+_NOT_A_CHUNK = bytes([2, 1, 0x91, 4]) + (2**31).to_bytes(4, "little") + b"garbage, not a chunk\n"
+
+
+@case("valid-chunks-outside-shape", expect="valid", rule="security-requirements-for-readers",
+      note="objects at chunk keys outside the arrays' shapes (as a writer that shrank an array in its metadata "
+           "only, or crashed while trimming, leaves them) hold garbage: readers never read them")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2, tracks={"reward": ((), "float32")})
+    for key in ("time/c/2", "time/c/9", "qpos/c/2/0/0", "qpos/c/0/1/0", "reset/c/7/0", "reward/c/2/0",
+                "world_id/c/1", "model/xml/c/1"):
+        (out / key).parent.mkdir(parents=True, exist_ok=True)
+        (out / key).write_bytes(_NOT_A_CHUNK)
+    return expected
+
+
+@case("valid-writer-temporaries-and-other-keys", expect="valid", rule="security-requirements-for-readers",
+      note="a writer's temporary files (<key>.<32 hex>.partial, here hostile), a node at another key whose "
+           "group document a reader would refuse, and a stray file: readers never list the store nor read them")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    tmp = ".0123456789abcdef0123456789abcdef.partial"
+    hostile_root = _root_doc(out)
+    hostile_root["attributes"]["mjarchive"].update(status="live", n_frames=1000, format_version="9.0")
+    (out / f"zarr.json{tmp}").write_text(json.dumps(hostile_root))
+    (out / f"_commit/zarr.json{tmp}").write_text('{"zarr_format":3,"node_type":"group","attributes":'
+                                                 '{"mjarchive_commit":{"n_frames":1000,"n_events":{}}}}')
+    (out / f"qpos/c/0/0/0{tmp}").write_bytes(_NOT_A_CHUNK)
+    (out / "cache").mkdir()
+    (out / "cache" / "zarr.json").write_text(json.dumps(
+        {"zarr_format": 3, "node_type": "group", "attributes": {},
+         "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {}}}))
+    (out / "cache" / "frames.bin").write_bytes(_NOT_A_CHUNK)
+    (out / "notes.txt").write_text("a file no one wrote through zarr\n")
+    return expected
+
+
+@case("valid-finalized-without-commit-document", expect="valid", rule="commit-protocol",
+      note="a finalized 1.1 archive without _commit/ (e.g. copied by a tool that left it out): the root is the record")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    shutil.rmtree(out / "_commit")
+    return expected
+
+
+def _zstd_frame_without_content_size(raw: bytes) -> bytes:
+    """`raw` as a valid zstd frame whose header does not declare its content size (one raw block)."""
+    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, 0x00])  # no content size; 1 KiB window
+    return header + ((len(raw) << 3) | 1).to_bytes(3, "little") + raw  # the last block, stored raw
+
+
+@case("zstd-frame-without-content-size", rule="security-considerations", match="declares no decoded bytes",
+      note="time's first chunk as a valid zstd frame that does not declare its content size: numcodecs would "
+           "decompress such frames without bound, so readers refuse them before decompressing")
+def _(out):
+    _broken(out)
+    chunk = out / "time" / "c" / "0"
+    chunk.write_bytes(_zstd_frame_without_content_size(np.array([1 / 32, 2 / 32], "<f8").tobytes()))
+
+
+def _rewrite_blosc(out: Path, key: str, values: np.ndarray, cname: str) -> None:
+    """Store array `key` again with blosc `cname` (same shapes, transpose and shuffle as before)."""
+    import zarr
+    import zarr.codecs
+
+    meta = json.loads((out / key / "zarr.json").read_text())
+    inner_conf = meta["codecs"][0]["configuration"]
+    blosc = next(c for c in inner_conf["codecs"] if c["name"] == "blosc")["configuration"]
+    filters = [zarr.codecs.TransposeCodec(order=tuple(c["configuration"]["order"]))
+               for c in inner_conf["codecs"] if c["name"] == "transpose"]
+    shutil.rmtree(out / key)
+    zarr.open_group(out, mode="r+").create_array(
+        key, shape=values.shape, chunks=tuple(inner_conf["chunk_shape"]),
+        shards=tuple(meta["chunk_grid"]["configuration"]["chunk_shape"]), dtype=values.dtype, filters=filters,
+        compressors=zarr.codecs.BloscCodec(cname=cname, clevel=5, typesize=blosc["typesize"], shuffle=blosc["shuffle"]),
+        fill_value=0, dimension_names=meta["dimension_names"], config={"write_empty_chunks": True})[...] = values
+
+
+@case("valid-blosc-cnames", expect="valid", rule="codecs",
+      note="qpos, reset and a track compressed by blosc with lz4, blosclz and zlib: every listed cname is read")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2, tracks={"reward": ((2, 8), "float32")})
+    for key, cname in (("qpos", "lz4"), ("reset", "blosclz"), ("reward", "zlib")):
+        _rewrite_blosc(out, key, expected["arrays"][key], cname)
+    return expected
+
+
+@case("blosc-cname-snappy", rule="codecs", match="cname",
+      note="zarr-python accepts the cname snappy, which numcodecs cannot decode; the spec does not list it "
+           "(the chunks themselves are zstd: refused from the metadata alone)")
+def _(out):
+    _broken(out)
+    _edit_doc(out / "qpos" / "zarr.json", lambda d: d["codecs"][0]["configuration"]["codecs"][-1]["configuration"]
+              .__setitem__("cname", "snappy"))
+
+
+@case("blosc-chunk-compressor-snappy", rule="codecs", match="compressor code",
+      note="a blosc chunk stored uncompressed whose header names snappy (code 2): c-blosc would copy it out, "
+           "but the header names a compressor the spec does not allow")
+def _(out):
+    _broken(out)
+    chunk = out / "qpos" / "c" / "0" / "0" / "0"
+    data = bytearray(chunk.read_bytes())  # a shard: its first inner chunk starts at offset 0
+    data[2] = (data[2] & 0x1F) | (2 << 5)
+    chunk.write_bytes(bytes(data))
+
+
 # -- invalid bundles (hashes consistent; only the safety rules refuse them) ------------------------------
 _ENTITY = '<!DOCTYPE mujoco [<!ENTITY name "arm">]>\n' + HINGE.replace('name="arm"', 'name="&name;"')
 
@@ -597,6 +746,28 @@ def _(out):
 def _(out):
     _broken(out)
     _forge_bundle(out, '<?xml-stylesheet href="http://example.invalid/x.xsl"?>\n' + HINGE)
+
+
+@case("bundle-xml-control-character", error="UnsafeBundleError", rule="security-considerations",
+      match="control character", note="U+000C (form feed) in a comment: XML 1.0 forbids it, parsers differ")
+def _(out):
+    _broken(out)
+    _forge_bundle(out, HINGE.replace("<worldbody>", "<!-- page\x0cbreak --><worldbody>"))
+
+
+@case("bundle-xml-character-reference", error="UnsafeBundleError", rule="security-considerations",
+      match="character reference", note="&#97; spells 'a': character references could spell refused characters")
+def _(out):
+    _broken(out)
+    _forge_bundle(out, HINGE.replace('name="arm"', 'name="&#97;rm"'))
+
+
+@case("valid-bundle-xml-tab-crlf-c1", expect="valid", rule="security-considerations",
+      note="TAB, CR LF line ends and a C1 control (U+0085) in a comment: XML 1.0 allows them, and so do readers")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    _forge_bundle(out, HINGE.replace("\n", "\r\n").replace("<worldbody>", "<!--\ttab, NEL \x85 --><worldbody>"))
+    return expected
 
 
 @case("bundle-asset-name-trailing-newline", error="UnsafeBundleError", rule="asset-names", match="asset name")
@@ -977,6 +1148,8 @@ def write_cases(directory: Path, *, runtime: bool = False) -> dict[str, dict]:
             if out.exists():
                 shutil.rmtree(out)
             expected = _WRITERS[name](out)
+            if not name.startswith("valid-writer-lease"):  # the lease (1.2) names a host and pid: pinned there only
+                shutil.rmtree(out / "_writer", ignore_errors=True)
             index[name] = dict(entry)
             if entry["expect"] == "valid":
                 index[name]["expected"] = _to_json(expected)
@@ -993,8 +1166,12 @@ def snapshot(directory: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"files": sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())}
     for meta in sorted(directory.rglob("zarr.json")):
         key = str(meta.parent.relative_to(directory))
-        doc = json.loads(meta.read_bytes())  # (bytes: also a case's UTF-16 document)
-        out[key + "/zarr.json"] = doc
+        try:
+            doc = json.loads(meta.read_bytes())  # (bytes: also a case's UTF-16 document)
+        except ValueError:  # a garbage document (the writer lease's), compared as bytes
+            out[key + "/zarr.json"], doc = meta.read_bytes(), {}
+        else:
+            out[key + "/zarr.json"] = doc
         if doc.get("node_type") == "array":
             try:
                 value = zarr.open_array(meta.parent, mode="r")[...]

@@ -25,7 +25,10 @@ from ._errors import (
     LayoutMismatchError,
     MjArchiveError,
     SelectionError,
+    StorageError,
     UnsafeBundleError,
+    UnenforcedWriterWarning,
+    WriterLockedError,
 )
 from .archive.format import FORMAT_VERSION
 from .archive.manifest import Manifest, TrackSpec
@@ -111,9 +114,12 @@ __all__ = [
     "Recorder",
     "Selection",
     "SelectionError",
+    "StorageError",
     "TrackSpec",
     "UnsafeBundleError",
     "VerifyReport",
+    "UnenforcedWriterWarning",
+    "WriterLockedError",
     "close_pool",
     "create",
     "iter_frames",

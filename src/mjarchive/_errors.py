@@ -13,8 +13,11 @@ __all__ = [
     "ArchiveExistsError",
     "SelectionError",
     "AppendError",
+    "WriterLockedError",
+    "UnenforcedWriterWarning",
     "ClosedError",
     "BackendError",
+    "StorageError",
 ]
 
 
@@ -58,9 +61,24 @@ class AppendError(MjArchiveError):
     """A frame handed to a writer or recorder is malformed (shape, dtype, time, finiteness)."""
 
 
+class WriterLockedError(MjArchiveError, RuntimeError):
+    """Another writer holds the archive's writer lease (one writer per archive), or took it over from
+    this writer, which then refuses to write."""
+
+
 class ClosedError(MjArchiveError, RuntimeError):
     """A writer, reader, recorder or renderer was used after close()."""
 
 
 class BackendError(MjArchiveError, RuntimeError):
     """A replay or recording backend is unavailable or failed."""
+
+
+class StorageError(MjArchiveError, OSError):
+    """The archive's storage (an object store) kept failing or did not answer in time, after retries;
+    nothing was read as data and no frame was committed past what its chunks back."""
+
+
+class UnenforcedWriterWarning(UserWarning):
+    """A writer on storage where one writer per archive cannot be enforced (no OS lock and no
+    conditional writes: gs://, az://, unknown store objects): keeping to one writer is the caller's."""

@@ -106,6 +106,7 @@ def test_crashed_live_archive_resumes_from_the_commit_document(tmp_path):
     writer = _create(path)
     _append(writer, 0, 10)
     writer.flush()  # then the process "dies": the writer is never closed
+    writer._lease.release()  # as the kernel releases a dead process's lock (test_single_writer kills one)
     resumed = mjarchive.open(path, mode="a")
     assert resumed.n_committed == 10
     _append(resumed, 10, 12)

@@ -32,7 +32,7 @@ def _archive(path, frames=6):
 def test_overlays_read_back_per_frame_and_world(tmp_path):
     _archive(tmp_path / "a.zarr").close()
     with mjarchive.open(tmp_path / "a.zarr") as a:
-        assert a.format_version == "1.1" and set(a.overlays) == set(OVERLAYS)
+        assert a.format_version == "1.2" and set(a.overlays) == set(OVERLAYS)
         assert a.overlays["target"] == OVERLAYS["target"]
         t = a.select().overlay("target")
         assert t.count[:, 0].tolist() == [0, 1, 2, 3, 0, 1] and not t.count[:, 1].any()
@@ -49,6 +49,14 @@ def test_overlays_read_back_per_frame_and_world(tmp_path):
         assert lab.items(0, 1)[0][0] is None  # unanchored: drawn at the world's first body
         with pytest.raises(SelectionError, match="target"):
             a.select().overlay("targets")
+        sel = a.select()
+        for read in (sel.overlay, sel.overlay_counts, lambda name: sel.overlay_rows(name, np.zeros((6, 2), int))):
+            with pytest.raises(SelectionError, match="no overlay 'targets'; this archive has"):
+                read("targets")  # named, not a KeyError
+        assert sel.overlay_counts("target")[:, 0].tolist() == [0, 1, 2, 3, 0, 1]
+        # Replay and viewer plumbing, not the documented API; the unchecked stored arrays are private.
+        assert not hasattr(sel, "overlay_array")
+        assert not {"overlay_counts", "overlay_rows", "variant_window", "VariantWindow"} & set(mjarchive.__all__)
         assert a.verify().ok
 
 

@@ -204,7 +204,8 @@ _CHILD = textwrap.dedent("""
     sys.path[:0] = [sys.argv[3], sys.argv[4]]
     from test_s3 import qpos_frames, times
     url, so = sys.argv[1], json.loads(sys.argv[2])
-    w = mjarchive.open(url, mode="a", storage_options=so)
+    # The killed writer's lease has not expired yet: a resume after a crash takes it over.
+    w = mjarchive.open(url, mode="a", take_over=True, storage_options=so)
     print("started", flush=True)
     for i in range(w.n_committed, 100000):
         w.append(times(i, i + 1)[0], qpos_frames(i, i + 1, 3)[0])
@@ -232,7 +233,7 @@ def test_s3_survives_kill_9_and_resumes(s3_server, s3_url, humanoid_xml):
             assert archive.status == "live"
             assert archive.verify().ok
             np.testing.assert_array_equal(archive.select().qpos, qpos_frames(0, n, 3))
-    with mjarchive.open(s3_url, mode="a", storage_options=so) as w:
+    with mjarchive.open(s3_url, mode="a", take_over=True, storage_options=so) as w:
         w.append(times(n, n + 5), qpos_frames(n, n + 5, 3))
     with mjarchive.open(s3_url, storage_options=so) as archive:
         assert archive.n_frames == n + 5 and n > 0

@@ -123,7 +123,7 @@ def check_conforms(root: Path) -> dict:
     jsonschema.Draft202012Validator(SCHEMA).validate(attrs)
     bundle_attrs = _zarr_json(root, "model")["attributes"]["mjarchive_bundle"]
     jsonschema.Draft202012Validator(BUNDLE_SCHEMA).validate(bundle_attrs)
-    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.1"
+    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.2"
     commit = root / "_commit" / "zarr.json"
     if attrs["status"] == "finalized":
         if commit.exists():  # kept by finalizing, with the final counts (the reader rule ignores it)
@@ -393,7 +393,7 @@ def test_example_reads_back_exactly():
     expected = make_example.expected()
     with mjarchive.open(SPEC / "example") as archive:
         assert archive.world_ids == (3, 11) and archive.n_frames == 5 and archive.status == "finalized"
-        assert archive.format_version == "1.1" and archive.nq == 2 and archive.nmocap == 1
+        assert archive.format_version == "1.2" and archive.nq == 2 and archive.nmocap == 1
         assert archive.output_fps == 32.0 and archive.playback_speed == 1.0 and archive.timestep == 2.0**-7
         assert set(archive.tracks) == {"reward"}
         sel = archive.select()

@@ -207,7 +207,6 @@ BOMBS = {
     "builtin_texture": (_xml(asset='<texture name="t" type="2d" builtin="checker" width="100000" height="100000"/>'),
                         "UnsafeBundleError", "pixels"),
     "png_header": (_xml(asset='<texture name="t" type="2d" file="big.png"/>'), "UnsafeBundleError", "decodes to"),
-    "size_memory": (_xml(head='<size memory="64G"/>'), "UnsafeBundleError", "memory"),
     "composite_count": (_xml(body='<flexcomp name="f" type="grid" count="1000 1000 1" spacing=".1 .1 .1"/>'),
                         "UnsafeBundleError", "generates"),
     "shadow_size": (_xml(head='<visual><quality shadowsize="200000"/></visual>'), "BundleError", "shadowsize"),
@@ -225,6 +224,74 @@ def test_compile_and_render_bombs_are_errors_not_dead_machines(case, base_archiv
     archive = _case_archive(tmp_path, base_archive, xml, assets)
     entries = ("model", "verify", "render") if error == "BundleError" else MODEL_ENTRIES
     _assert_refused(_run_all(archive, tmp_path, outside, entries), error, match)
+
+
+# MuJoCo's parser takes minutes for these (superlinear in the generated elements and expansions).
+REPLICATE_BOMBS = {
+    "one_count": _xml(body='<replicate count="100000" offset=".01 0 0"><geom size=".01"/></replicate>'),
+    "many_siblings": _xml(body='<replicate count="10" offset=".01 0 0"><geom size=".01"/></replicate>' * 1000),
+    "many_count_one": _xml(body='<replicate count="1"><geom size=".01"/></replicate>' * 3000),
+    "plain_elements": _xml(body='<geom size=".01"/>' * 100_001),  # no replicate: parsing alone takes ~30 s
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPLICATE_BOMBS))
+def test_replicate_bombs_are_refused_from_the_xml_before_parsing(case, base_archive, tmp_path, outside, tet):
+    archive = _case_archive(tmp_path, base_archive, REPLICATE_BOMBS[case], {"tet.stl": tet})
+    outcomes = {e: hostile.run(e, archive, tmp_path / "out" / e, watch=[outside], cwd=outside, timeout=10)
+                for e in ("model", "render")}
+    _assert_refused(outcomes, "UnsafeBundleError", "elements" if case == "plain_elements" else "replicate")
+
+
+# Simulation arenas a model declares; replay sizes its own (dm_control's rodent and fruitfly declare
+# the legacy njmax/nconmax below: 3.4 GB, more than the compile sandbox's address space).
+DECLARED_ARENAS = {"memory": '<size memory="64G"/>', "legacy": '<size njmax="8000" nconmax="4000"/>',
+                   "nstack": '<size nstack="1000000000"/>'}
+
+
+@pytest.mark.parametrize("case", sorted(DECLARED_ARENAS))
+def test_declared_arenas_are_not_allocated_by_replay(case, base_archive, tmp_path, outside, tet):
+    archive = _case_archive(tmp_path, base_archive, _xml(head=DECLARED_ARENAS[case]), {"tet.stl": tet})
+    for entry, o in _run_all(archive, tmp_path, outside, ("model", "render", "cli_render")).items():
+        assert o.status == "ok" and o.clean, (entry, o)
+
+
+def _scene(n: int) -> dict:
+    return {"copies": [[2.0 * k, 0.0, 0.0] for k in range(n)]}
+
+
+def test_scene_copies_leave_user_arrays_out(humanoid_xml):
+    """64 copies of a humanoid with 7 MiB of user arrays composed a 422 MiB scene (2.4 GiB to build):
+    they show in no picture, so the scene costs what 64 plain humanoids do."""
+    xml = humanoid_xml.read_text().replace('<mujoco model="Humanoid">',
+                                           '<mujoco model="Humanoid"><size nuser_geom="45000"/>', 1)
+    heavy, plain = mjarchive.ModelBundle.from_xml(xml), mjarchive.ModelBundle.from_file(humanoid_xml)
+    assert mujoco.mj_sizeModel(heavy.compile()) > 5 * 2**20
+    scene, benign = (sandbox.compile_untrusted(bundle, _scene(64)) for bundle in (heavy, plain))
+    assert mujoco.mj_sizeModel(scene) <= 2 * mujoco.mj_sizeModel(benign)
+
+
+_BODIES = "".join(f'<body pos="0 0 {k / 100}"><geom size=".01"/></body>' for k in range(5000))
+_AXES = [f'type="{kind}" axis="{axis}"' for kind in ("hinge", "slide") for axis in ("1 0 0", "0 1 0", "0 0 1")]
+_ARMS = "".join("<body>" + "".join(f'<joint name="j{6 * b + k}" {_AXES[k]}/>' for k in range(6))
+                + '<geom size=".1"/></body>' for b in range(50))  # 300 joints: MuJoCo allows 6 dofs a body
+# One copy is cheap; 64 are too costly to compose, which each check finds before composing them.
+COSTLY_SCENES = {
+    "elements": (f"<mujoco><worldbody>{_BODIES}</worldbody></mujoco>", "640064 elements"),  # took > 60 s
+    "arena": (f"<mujoco><worldbody>{_ARMS}</worldbody><actuator>"
+              + "".join(f'<motor joint="j{k}"/>' for k in range(300)) + "</actuator></mujoco>", "MiB of arena"),
+    "size": ('<mujoco><custom><numeric name="n" size="1000000"/></custom><worldbody><geom size=".1"/></worldbody>'
+             "</mujoco>", "MiB a copy"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COSTLY_SCENES))
+def test_costly_scenes_are_refused_before_composing(case):
+    xml, match = COSTLY_SCENES[case]
+    bundle = mjarchive.ModelBundle.from_xml(xml)
+    with pytest.raises(mjarchive.BundleError, match=f"scene of 64 copies.*{match}.*render fewer worlds"):
+        sandbox.compile_untrusted(bundle, _scene(64))
+    sandbox.compile_untrusted(bundle, _scene(2))
 
 
 def test_compile_time_limit_stops_a_slow_compile(base_archive, monkeypatch):

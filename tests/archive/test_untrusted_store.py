@@ -149,6 +149,21 @@ def _index(fn):
     return edit
 
 
+def _blosc_compressor(code: int):
+    """Name compressor `code` in the first inner chunk's blosc header (bits 5-7 of its flags byte)."""
+    def edit(key, chunks):
+        chunk = bytearray(chunks[0])
+        chunk[2] = (chunk[2] & 0x1F) | (code << 5)
+        _write_shard(key, [bytes(chunk), *chunks[1:]])
+    return edit
+
+
+def _set_cname(cname: str):
+    def edit(m):
+        m["codecs"][0]["configuration"]["codecs"][-1]["configuration"]["cname"] = cname
+    return edit
+
+
 # case: (damage(archive, outside), entry points that must refuse it, a word the message names)
 def _v2_keys_with_bombs(a: Path) -> None:
     """Chunk keys CheckedStore used not to match to their array ('time/0'), holding 256 MiB bombs."""
@@ -180,6 +195,9 @@ CASES = {
     # class 3: bounded before allocating or decompressing
     "blosc_claims_4gib": (_inner("qpos", 0, _set_inner(0, _blosc_claiming(2**32 - 1))), ("select", "verify"), "blosc"),
     "blosc_claims_4gib_resume": (_inner("qpos", 2, _set_inner(0, _blosc_claiming(2**32 - 1))), ("verify", "append"), "blosc"),
+    "blosc_header_names_snappy": (_inner("qpos", 0, _blosc_compressor(2)), ("select", "verify"), "compressor code"),
+    "blosc_header_names_code_7": (_inner("qpos", 0, _blosc_compressor(7)), ("select", "verify"), "compressor code"),
+    "blosc_cname_snappy": (lambda a, o: _edit_json(a / "qpos" / "zarr.json", _set_cname("snappy")), READS, "cname"),
     "zstd_claims_4gib": (lambda a, o: (a / "time" / "c" / "0").write_bytes(_zstd_rle(2**32)), ("open", "select", "verify"), "zstd"),
     "zstd_no_content_size": (lambda a, o: [(a / "time" / "c" / str(k)).write_bytes(_zstd_rle(None, 64)) for k in range(3)], READS, "zstd"),
     "gzip_bomb": (lambda a, o: _gzip_bomb(a), READS, "gzip"),

@@ -111,7 +111,7 @@ def test_info_json(archive):
     with mjarchive.open(archive) as a:
         time, bundle = a.time, a.bundle
     model = mujoco.MjModel.from_xml_path(str(bundle.export(archive.parent / "info_model")))
-    assert info["format_version"] == "1.1"  # every new archive: live commits use the 1.1 commit document
+    assert info["format_version"] == "1.2"  # every new archive: live commits use the 1.1 commit document
     assert (info["required_features"], info["variants"], info["overlays"]) == ([], {}, {})
     assert info["status"] == "finalized"
     assert (info["n_frames"], info["n_worlds"], info["world_ids"]) == (N_FRAMES, 3, list(WORLDS))

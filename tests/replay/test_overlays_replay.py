@@ -306,3 +306,19 @@ def test_a_format_1_0_archives_resume_key_is_unchanged(tmp_path, humanoid_xml):
         assert resume.request_head(archive, **kw)["archive"]["variants"] == {"geom_rgba": 0}
         keys = {resume.request_key(archive, _planned(archive, drawn), **kw) for drawn in ((), ("note",))}
         assert len(keys) == 2 and _key_before_1_1(archive, _planned(archive), **kw) not in keys
+
+
+def test_the_cpu_painter_reads_what_the_scene_holds_after_the_models_geoms(humanoid_xml):
+    from types import SimpleNamespace
+
+    from mjarchive.replay.backends.cpu import CpuRenderer
+
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    renderer = CpuRenderer(model, (32, 32))
+    try:
+        assert renderer.overlay_capacity == renderer.renderer.scene.maxgeom - model.ngeom > 0
+    finally:
+        renderer.close()
+    crowded = SimpleNamespace(renderer=SimpleNamespace(scene=SimpleNamespace(maxgeom=5)),
+                              model=SimpleNamespace(ngeom=9))
+    assert CpuRenderer.overlay_capacity.fget(crowded) == 0  # a model that fills the scene leaves none

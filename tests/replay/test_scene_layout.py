@@ -163,8 +163,8 @@ def test_scene_output_name_and_limits(run, tmp_path, humanoid_xml):
                          progress=False)
 
 
-def test_a_many_dof_robot_fills_a_64_world_scene_and_reserved_names_are_refused():
-    from mjarchive.archive.bundle.compile_child import Refused, apply_recipe
+def test_a_many_dof_robot_fills_a_64_world_scene_and_replay_names_are_free():
+    from mjarchive.archive.bundle.compile_child import apply_recipe
     from mjarchive.archive.bundle.model_bundle import ModelBundle
     from mjarchive.replay.views.scene import derived_model
 
@@ -174,6 +174,7 @@ def test_a_many_dof_robot_fills_a_64_world_scene_and_reserved_names_are_refused(
     plan = ScenePlan.grid(range(64), 1.0)
     scene = derived_model(bundle, plan.recipe(), trusted=False)  # in the sandbox, under its limits
     assert scene.nq == 64 * 60
+    # A model may use the replay's names: the replay takes free ones (tests/replay/test_bounded_work.py).
     named = mujoco.MjSpec.from_string('<mujoco><worldbody><body name="mjarchive-replay"/></worldbody></mujoco>')
-    with pytest.raises(Refused, match="reserved for replay cameras"):
-        apply_recipe(named, {"cameras": [45.0]})
+    model = apply_recipe(named, {"cameras": [45.0]}).compile()
+    assert model.body(model.nbody - 1).name == "mjarchive-replay~1" and model.camera(0).name == "mjarchive-replay~1-0"

@@ -472,14 +472,21 @@ def test_scene_spans_read_each_worlds_values_once_per_span(run, humanoid_xml):
     renderer = _Renderer(scene)
     with mjarchive.open(path) as archive:
         reads = []
-        real = archive.variant
-        archive.variant = lambda w, f: reads.append((w, f)) or real(w, f)
+        real = archive.variant_window
+
+        def window(worlds, frames):  # counts the values the spans read
+            win = real(worlds, frames)
+            values = win.values
+            win.values = lambda w, f: reads.append((w, f)) or values(w, f)
+            return win
+
+        archive.variant_window = window
         try:
-            spans = VariantSpans(archive, WORLDS, renderer, plan)
+            spans = VariantSpans(archive, WORLDS, renderer, plan, frames=range(N))
             placed = [spans.values(f) for f in range(N)]
             spans.rows(list(range(N)))
         finally:
-            del archive.variant
+            del archive.variant_window
     # World 11 changes at frame 3: world 4's values are read once, not again with world 11's.
     assert reads == [(4, 0), (11, 0), (11, RESET)]
     assert len(renderer.variant_layouts) == 1  # the layout is kept on the renderer, made once

@@ -425,7 +425,7 @@ def test_primitives_match_mujoco_sizes(tmp_path):
             assert (_outward(mesh) > 0).all(), name  # wound counter-clockwise seen from outside
             r = np.linalg.norm(mesh.vertices, axis=1)
             assert r.max() <= model.geom_rbound[g] * (1 + 1e-6)
-        assert len(mesh.vertices) == geometry._vertex_count(model, g)
+        assert (len(mesh.vertices), len(mesh.faces)) == geometry.mesh_counts(model, g)  # counted before building
     assert meshes["sphere"].rgba == (1, 0, 0, 1)  # material colour: the geom's rgba is the default
     assert meshes["capsule"].rgba == (0, 1, 0, 1)  # the geom's own rgba wins over its material's
     assert meshes["box"].rgba == pytest.approx((0.5, 0.5, 0.5, 1))
@@ -690,7 +690,7 @@ def test_a_window_without_variants_or_overlays_reads_and_computes_nothing_more(h
 
 
 def test_overlay_frames_become_scene_primitives_with_the_grid_offsets(tmp_path):
-    from mjarchive.replay.views.overlay_draw import frame_primitives
+    from mjarchive.replay.views.overlay_draw import row_primitives
 
     xml = tmp_path / "arm.xml"
     xml.write_text(ARM_XML)
@@ -708,19 +708,23 @@ def test_overlay_frames_become_scene_primitives_with_the_grid_offsets(tmp_path):
                 "note": [[f"f{f}"], [], [((0.5, 0.0, 0.0), "here"), "body"]]})
     offsets = np.array([[-2.0, 0, 0], [0, 0, 0], [2.0, 0, 0]])
     with mjarchive.open(path) as archive, PoseWindow(archive, archive.model(), [8, 5, 6], [0]) as window:
-        assert window.chunk_bytes == 4 * (3 * (model.nq * 4 + (4 + 3 * 12) + (4 + 2 * 24) + (4 + 2 * (12 + 64))) + 8)
+        # qpos per world; per frame time, and of each track the counts and the primitives drawn (xyz or
+        # start and end as float64, the world, a label's text)
+        assert window.chunk_bytes == 4 * (3 * model.nq * 4 + 8 + 3 * 3 * 8 + 9 * (24 + 8) + 6 * (48 + 8)
+                                          + 6 * (24 + 8 + 4 * 64 + 56))
         for frame in (5, 1, 2, 4):
             tracks = window.overlays(frame)
             assert set(tracks) == {"target", "push", "note"}
+            assert window.hidden_primitives(frame) == {"target": 0, "push": 0, "note": 0}
             anchors = window.poses(frame).body_pos[:, 1]
-            points = frame_primitives(*tracks["target"], offsets, anchors)
+            points = row_primitives("points", tracks["target"], offsets, anchors)
             n5 = frame % 3
             want = np.concatenate([[[1.0, 2.0, 3.0]], np.full((n5, 3), frame)]) + np.repeat(offsets[:2], [1, n5], 0)
             np.testing.assert_allclose(points.positions, want)
             assert points.world.tolist() == [0] + [1] * n5 and len(points) == 1 + n5
-            arrows = frame_primitives(*tracks["push"], offsets, anchors)
+            arrows = row_primitives("arrows", tracks["push"], offsets, anchors)
             np.testing.assert_allclose(arrows.positions, [[[0, 0, 0], [0, 0, 1]]])  # world 5's only, at offset 0
-            text = frame_primitives(*tracks["note"], offsets, anchors)
+            text = row_primitives("text", tracks["note"], offsets, anchors)
             assert text.labels == ("here", "body", f"f{frame}")
             np.testing.assert_allclose(text.positions, [[-1.5, 0, 0], anchors[0] + offsets[0], anchors[1] + offsets[1]])
         assert window.memory_bytes <= window.max_memory_bytes

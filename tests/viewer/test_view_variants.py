@@ -130,6 +130,20 @@ def test_each_world_is_drawn_with_its_variant_values_in_force(looks_run):
         assert rod.key == (0.03, 0.2, 0.0) and isinstance(rod.rows, slice)
 
 
+def test_the_looks_are_counted_once_per_change(looks_run, monkeypatch):
+    from mjarchive.viewer.drawing import GeomLayer
+
+    counted = []
+    real = GeomLayer.check_looks
+    monkeypatch.setattr(GeomLayer, "check_looks", lambda self, looks: counted.append(1) or real(self, looks))
+    with mjarchive.view(looks_run, port=0, block=False) as v:
+        assert len(counted) == 1  # the first frame's looks: checked before anything is sent, not again
+        v.seek(LOOKS_CHANGE)
+        v.seek(LOOKS_CHANGE + 1)  # the same values in force: nothing to count
+        v.seek(LOOKS_CHANGE - 1)
+        assert len(counted) == 3
+
+
 def test_overlays_are_drawn_at_each_world_offset_and_can_be_hidden(looks_run):
     with mjarchive.view(looks_run, port=0, block=False) as v:
         layer = v._overlays

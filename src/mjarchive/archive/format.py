@@ -12,16 +12,23 @@ import numpy as np
 from .._errors import FormatError
 
 FORMAT_NAME = "mjarchive"
-FORMAT_VERSION = "1.1"  # the newest this implements, and what new archives are written as
+FORMAT_VERSION = "1.2"  # the newest this implements, and what new archives are written as
 FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
+#: MAJOR.MINOR: decimal integers of 1-4 ASCII digits without leading zeros ("0" itself excepted), so that
+#: "1.01" is refused rather than read as 1.1 or as 1.01. Always fullmatch: `$` would accept a final "\n".
+VERSION_RE = re.compile(r"(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})")
 #: Format 1.1 commit record of a live archive: a group no track name can take (TRACK_NAME_RE), whose
 #: attribute COMMIT_ATTR holds the counts; the root attributes are written at creation and at finalize.
-VERSION_RE = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")  # always fullmatch: `$` would accept a final "\n"
 COMMIT_GROUP = "_commit"
 COMMIT_ATTR = "mjarchive_commit"
 COMMIT_KEY = f"{COMMIT_GROUP}/zarr.json"
 MAX_COMMIT_BYTES = 64 * 2**10  # checked before the commit document is parsed
+#: Format 1.2 writer lease (spec "Writer lease"): a group no track name can take, whose attribute
+#: LEASE_ATTR names the one writer allowed to append; readers never read it.
+LEASE_GROUP = "_writer"
+LEASE_ATTR = "mjarchive_writer"
+MAX_LEASE_BYTES = 64 * 2**10  # checked before a lease document is parsed
 #: Format 1.1 `required_features` this implementation understands (readers refuse any other).
 KNOWN_FEATURES = frozenset({"variants", "overlays"})
 BUNDLE_GROUP = "model"
@@ -37,6 +44,10 @@ FEATURE_GROUPS = frozenset({"variants", "overlays"})
 STORAGE_DTYPES = frozenset({"float32", "float64"})
 TRACK_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
 ALLOWED_CODECS = frozenset({"bytes", "blosc", "zstd", "gzip", "crc32c", "transpose", "sharding_indexed"})
+#: The blosc compressors readers decode (`cname`, and the code in bits 5-7 of each chunk header's flags:
+#: blosclz 0, lz4 and lz4hc 1, zlib 3, zstd 4). Not snappy (code 2): numcodecs' c-blosc lacks it.
+BLOSC_CNAMES = frozenset({"blosclz", "lz4", "lz4hc", "zlib", "zstd"})
+BLOSC_COMPRESSOR_CODES = frozenset({0, 1, 3, 4})
 
 # Bounds checked before anything is allocated, so a tiny hostile chunk cannot expand to gigabytes.
 MAX_CHUNK_BYTES = 256 * 2**20  # a shard (the unit written)
@@ -104,6 +115,8 @@ def check_track_name(name: str, reserved: frozenset[str] = RESERVED_ARRAYS | FEA
 def _codec_entries(codecs: Any) -> list[str | dict]:
     """Every entry of a Zarr v3 codec list, including those nested inside sharding."""
     entries: list[str | dict] = []
+    if codecs is not None and not isinstance(codecs, (list, tuple)):
+        raise FormatError(f"malformed codec list {str(codecs)[:80]}")
     for codec in codecs or ():
         if isinstance(codec, str):
             entries.append(codec)
@@ -210,7 +223,8 @@ def version_at_least(version: Any, minimum: tuple[int, int]) -> bool:
 def check_codec_settings(meta: dict, path: str) -> None:
     """The codec settings a generic Zarr library reads loosely, checked on the document as stored:
     `transpose` orders are permutations of the array's axes written as plain integers (zarr takes
-    `true` for 1), and `bytes` is little-endian, as the spec writes it."""
+    `true` for 1), `bytes` is little-endian, as the spec writes it, and a `blosc` cname is one the
+    spec lists (zarr also takes "snappy", which numcodecs cannot decode)."""
     codecs = meta.get("codecs")
     if not isinstance(codecs, list):
         return  # zarr refuses the document
@@ -225,6 +239,10 @@ def check_codec_settings(meta: dict, path: str) -> None:
                     or sorted(order) != list(range(ndim))):
                 raise FormatError(f"array {path!r} has a transpose order {str(order)[:80]} that is not a permutation "
                                   f"of its {ndim} axes written as integers")
+        elif name == "blosc" and (not isinstance(config, dict) or config.get("cname") not in BLOSC_CNAMES):
+            cname = config.get("cname") if isinstance(config, dict) else None
+            raise FormatError(f"array {path!r} declares blosc cname {str(cname)[:40]!r}; the spec allows "
+                              f"{sorted(BLOSC_CNAMES)}")
         elif name == "bytes" and isinstance(config, dict) and config.get("endian", "little") != "little":
             raise FormatError(f"array {path!r} stores {config.get('endian')!r:.20}-endian bytes; the spec's arrays "
                               "are little-endian")

@@ -418,7 +418,8 @@ def _check_format(d: Any) -> str:
         raise FormatError("this Zarr group is not an mjarchive archive (no 'mjarchive' root attribute)")
     version = d.get("format_version")
     if type(version) is not str or not VERSION_RE.fullmatch(version):
-        _fail("format_version", f"must be MAJOR.MINOR, 1-4 ASCII digits each and nothing else, found {version!r:.40}")
+        _fail("format_version", "must be MAJOR.MINOR, 1-4 ASCII digits each without leading zeros ('1.1', not '1.01') "
+                             f"and nothing else, found {version!r:.40}")
     major = int(version.split(".")[0])
     if major > FORMAT_MAJOR:
         raise FormatVersionError(

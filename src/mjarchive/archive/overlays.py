@@ -16,8 +16,8 @@ import numpy as np
 from .._errors import AppendError, FormatError, MjArchiveError
 from .format import MAX_TRACK_ELEMENTS, check_track_name
 
-__all__ = ["Overlay", "OverlayFrames", "MAX_OVERLAYS", "MAX_OVERLAY_COUNT", "MAX_TEXT_BYTES", "overlay_specs",
-           "pack_frames"]
+__all__ = ["Overlay", "OverlayFrames", "MAX_OVERLAYS", "MAX_OVERLAY_COUNT", "MAX_TEXT_BYTES",
+           "overlay_specs", "pack_frames", "OverlayRows", "check_counts", "read_rows"]
 
 MAX_OVERLAYS = 64
 MAX_OVERLAY_COUNT = 4096  # primitives per frame and world
@@ -286,6 +286,68 @@ class OverlayFrames:
             return self.data[f, w, :n]
         return [(None if np.isnan(self.data[f, w, i]).all() else self.data[f, w, i], self.text[f][w][i])
                 for i in range(n)]
+
+
+def check_counts(overlay: Overlay, name: str, count: np.ndarray) -> np.ndarray:
+    """Stored counts (hostile) checked against the overlay's max_count; int64."""
+    count = np.asarray(count).astype(np.int64)
+    if ((count < 0) | (count > overlay.max_count)).any():
+        raise FormatError(f"overlay {name!r} stores a count outside [0, {overlay.max_count}]")
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlayRows:
+    """What one frame of an overlay holds over a selection's worlds, only the primitives asked for
+    (`read_rows`): `data` (N, 3 | 6) float64 as stored (world coordinates; a text anchor of NaN
+    means the world's first body), `world` (N,) each one's world position in the selection's
+    order, world by world, and for text `labels` (N strings)."""
+
+    data: np.ndarray
+    world: np.ndarray
+    labels: tuple[str, ...] = ()
+
+
+def read_rows(overlay: Overlay, name: str, take: np.ndarray, frames: np.ndarray, chunk_frames: int,
+              read: Any) -> list[OverlayRows]:
+    """The first `take[f, w]` primitives of each frame f and world w of a selection (F, W): a list
+    of F OverlayRows. `frames` (F,): the stored frame indices; `read(key, rows, w)`: the stored
+    values of array `key` at frames `frames[rows]` of world position w, (len(rows), 1, ...).
+
+    Bounded by what is taken, not what is stored: only worlds that take something are read, one
+    stored chunk of one world at a time (at most one decoded chunk is held), and only the taken
+    primitives are kept and checked (hostile values: finite coordinates, labels in UTF-8)."""
+    take = np.asarray(take, np.int64)
+    frames = np.asarray(frames, np.int64)
+    if take.ndim != 2 or len(take) != len(frames) or ((take < 0) | (take > overlay.max_count)).any():
+        raise MjArchiveError(f"overlay {name!r}: take must be ({len(frames)}, worlds) counts in [0, {overlay.max_count}]")
+    pieces: list[list[tuple[int, np.ndarray, list[str]]]] = [[] for _ in range(len(frames))]
+    chunk = frames // max(1, int(chunk_frames))
+    for w in np.flatnonzero(take.any(axis=0)).tolist():
+        wanted = take[:, w] > 0
+        for c in np.unique(chunk[wanted]).tolist():
+            rows = np.flatnonzero(wanted & (chunk == c))
+            k = int(take[rows, w].max())
+            data = np.asarray(read(f"overlays/{name}/data", rows, w))[:, 0, :k]
+            text = np.asarray(read(f"overlays/{name}/text", rows, w))[:, 0, :k] if overlay.kind == "text" else None
+            for j, r in enumerate(rows.tolist()):
+                n = int(take[r, w])
+                values = np.array(data[j, :n], np.float64)
+                checked = values[~np.isnan(values).all(axis=-1)] if overlay.kind == "text" else values
+                if not np.isfinite(checked).all() or (np.abs(checked) > 1e6).any():
+                    raise FormatError(f"overlay {name!r} stores non-finite or huge coordinates")
+                labels = [] if text is None else [_decode_label(text[j, i], name) for i in range(n)]
+                pieces[r].append((w, values, labels))
+    width = overlay.width
+    out = []
+    for parts in pieces:
+        if not parts:
+            out.append(OverlayRows(np.zeros((0, width)), np.zeros(0, np.int64)))
+            continue
+        out.append(OverlayRows(np.concatenate([v for _, v, _ in parts]),
+                               np.concatenate([np.full(len(v), w, np.int64) for w, v, _ in parts]),
+                               tuple(label for _, _, labels in parts for label in labels)))
+    return out
 
 
 def _decode_label(raw: np.ndarray, name: str) -> str:

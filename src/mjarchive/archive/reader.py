@@ -21,7 +21,8 @@ from .format import (
     check_array,
 )
 from .manifest import commit_record
-from .overlays import Overlay, OverlayFrames
+from .overlays import Overlay, OverlayFrames, OverlayRows, check_counts, read_rows
+from .variant_window import VariantWindow, variant_window
 from .variants import apply_variant, check_model_shapes, check_values, default_values
 from .storage.locations import open_root_document
 from .verify import VerifyReport, verify_archive
@@ -175,7 +176,9 @@ class Archive:
         original ID) and `frame`, with that world's variant values in force at that frame applied.
 
         The bundle is untrusted: it is checked, then compiled in a child process under time and
-        memory limits (once per bundle content and process; see `archive/sandbox.py`).
+        memory limits (once per bundle content and process; see `archive/sandbox.py`). Its arena
+        (`<size memory>`) is sized for posing and rendering, not simulating: to simulate a model you
+        trust, compile `archive.bundle.compile()`.
         """
         self._check_open()
         model = compile_untrusted(self.bundle)
@@ -217,6 +220,12 @@ class Archive:
         frames = [self._events(field)[0][self._world_events(field, w)] for field in self.manifest.variants]
         out = np.unique(np.concatenate(frames)) if frames else np.zeros(0, np.int64)
         return out[out > 0]
+
+    def variant_window(self, worlds: Any, frames: Any) -> VariantWindow:
+        """The variant values of `worlds` (original IDs) at `frames` (committed frame indices) only,
+        for a replay of that selection (`variant_window.variant_window`; replay and viewer plumbing,
+        outside `mjarchive.__all__` and the README). Values are checked as they are read."""
+        return variant_window(self, worlds, frames)
 
     def _variant_values(self, model: mujoco.MjModel, world_id: int, frame: int) -> dict[str, np.ndarray]:
         w = self.world_index(world_id)
@@ -528,12 +537,39 @@ class Selection:
 
     def overlay(self, name: str) -> OverlayFrames:
         """One overlay track over this selection, read now and validated (see `OverlayFrames`)."""
+        spec = self._overlay_spec(name)
+        read = {key.rsplit("/", 1)[1]: self.archive._read(key, self._frames, self._worlds)
+                for key in spec.arrays(name)}
+        return OverlayFrames.decode(spec, name, read["count"], read["data"], read.get("text"))
+
+    def overlay_counts(self, name: str) -> np.ndarray:
+        """Primitives stored per frame and world of one overlay track, (F, Wsel) int64, checked
+        against its max_count (read before any primitive, to bound what `overlay_rows` reads).
+        Replay and viewer plumbing, outside `mjarchive.__all__` and the README."""
+        return check_counts(self._overlay_spec(name), name, self._overlay_array(name, "count"))
+
+    def overlay_rows(self, name: str, take: np.ndarray) -> list[OverlayRows]:
+        """The first `take[f, w]` primitives (F, Wsel) of each frame and world of one overlay track,
+        one `OverlayRows` per frame: only what is taken is read (one stored chunk of one world at a
+        time), kept and checked (`overlays.read_rows`)."""
+        frames = self.frame_indices
+        return read_rows(self._overlay_spec(name), name, take, frames, self.archive.manifest.chunk_frames,
+                         lambda key, rows, w: self.archive._read(key, frames[rows], self._worlds[w:w + 1]))
+
+    def _overlay_spec(self, name: str) -> Overlay:
         overlays = self.archive.manifest.overlays
         if name not in overlays:
             raise SelectionError(f"no overlay {name!r}; this archive has {sorted(overlays)}")
-        read = {key.rsplit("/", 1)[1]: self.archive._read(key, self._frames, self._worlds)
-                for key in overlays[name].arrays(name)}
-        return OverlayFrames.decode(overlays[name], name, read["count"], read["data"], read.get("text"))
+        return overlays[name]
+
+    def _overlay_array(self, name: str, part: str) -> np.ndarray:
+        """One stored array of an overlay track over this selection, as stored and NOT checked:
+        `part` 'count' (F, Wsel) int32, 'data' (F, Wsel, max_count, 3|6) float32 or, for text,
+        'text' (F, Wsel, max_count, max_bytes) uint8. For `overlay_counts`, which checks it."""
+        key = f"overlays/{name}/{part}"
+        if key not in self._overlay_spec(name).arrays(name):
+            raise SelectionError(f"overlay {name!r} has no {part!r} array")
+        return self.archive._read(key, self._frames, self._worlds)
 
     def __repr__(self) -> str:
         return f"<Selection frames={self.shape[0]} worlds={list(self.world_ids)[:8]}>"

@@ -17,7 +17,7 @@ import numpy as np
 from .._errors import AppendError, FormatError, LayoutMismatchError
 
 __all__ = ["FieldRule", "VARIANT_FIELDS", "VariantSpec", "field_shape", "check_values", "apply_variant",
-           "default_values", "chunk_events_for", "needs_model", "variant_rows"]
+           "default_values", "chunk_events_for", "needs_model", "variant_rows", "window_events"]
 
 #: |value| bound of positions and sizes, in metres (a hostile 1e300 would break cameras and BVHs).
 MAX_ABS_COORD = 1e6
@@ -222,3 +222,90 @@ def apply_variant(model: mujoco.MjModel, values: dict[str, np.ndarray]) -> None:
 
 _SAMEFRAME = {"geom_pos": "geom_sameframe", "geom_quat": "geom_sameframe",
               "site_pos": "site_sameframe", "site_quat": "site_sameframe"}
+
+
+#: Events of one field read at a time by `window_events` (frame and world columns: 12 bytes each).
+WINDOW_BLOCK_EVENTS = 1 << 16
+
+
+def _corrupt(name: str) -> FormatError:
+    return FormatError(f"variant events of {name!r} must start at committed frames in nondecreasing order; "
+                       "the archive is corrupt")
+
+
+def window_events(name: str, n_events: int, chunk_events: int, read: Any, frames: np.ndarray,
+                  positions: np.ndarray, n_frames: int, n_worlds: int) -> dict[int, tuple[np.ndarray, ...]]:
+    """The events of one field that decide what `positions` (world positions) draw at `frames`
+    (stored frame indices, sorted, distinct): world position -> (slot, event index, event frame),
+    each (k,) int64 in event order, where the event holds from drawn frame `frames[slot]` on (the
+    last event at or before that frame; slot 0 also stands for every frame before it).
+
+    Events are sorted by frame: a binary search over chunks finds the last event at or before the
+    last drawn frame, and the frame and world columns are read `read(column, lo, hi)` a block at a
+    time backwards from there, until every drawn world's value at the first drawn frame is known.
+    What is read is bounded by what is drawn where every drawn world has an event at or before the
+    first drawn frame. A drawn world with none (it draws the model's own values there) is settled
+    only by reaching event 0: then every event up to the last drawn frame is read, so the reads are
+    bounded by the field's event count (at most MAX_VARIANT_EVENTS), not by the selection. What is
+    kept is bounded either way: of each block only the last event per (world, drawn frame), at most
+    len(positions) × len(frames). The rows read are checked as the spec asks (frames in
+    [0, n_frames) and nondecreasing, worlds in range)."""
+    frames = np.asarray(frames, np.int64)
+    positions = np.unique(np.asarray(positions, np.int64))
+    out = {int(p): (np.zeros(0, np.int64),) * 3 for p in positions.tolist()}
+    if not len(frames) or not n_events or not len(positions):
+        return out
+    ce = max(1, int(chunk_events))
+    block = max(1, WINDOW_BLOCK_EVENTS // ce) * ce
+
+    def rows(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        f = np.asarray(read("frame", lo, hi)).astype(np.int64)
+        w = np.asarray(read("world", lo, hi)).astype(np.int64)
+        # Compared, not subtracted: np.diff wraps around on hostile int64 extremes.
+        if len(f) != hi - lo or len(w) != hi - lo or f[0] < 0 or (f[1:] < f[:-1]).any() or f[-1] >= n_frames:
+            raise _corrupt(name)
+        if w.min() < 0 or w.max() >= n_worlds:
+            raise FormatError(f"a variant event of {name!r} names a world position outside [0, {n_worlds})")
+        return f, w
+
+    # The end: events [0, end) start at or before the last drawn frame (one chunk per probe).
+    lo_c, hi_c = 0, -(-n_events // ce)  # the chunk holding the end is in [lo_c, hi_c)
+    end = n_events
+    while lo_c < hi_c:
+        mid = (lo_c + hi_c) // 2
+        f, _ = rows(mid * ce, min(n_events, (mid + 1) * ce))
+        if f[0] > frames[-1]:
+            hi_c, end = mid, mid * ce
+        elif f[-1] <= frames[-1]:
+            lo_c = mid + 1
+        else:
+            end = mid * ce + int(np.searchsorted(f, frames[-1], side="right"))
+            break
+    slots = len(frames) + 1
+    best: dict[int, tuple[int, int]] = {}
+    open_worlds = set(positions.tolist())  # drawn worlds whose value at the first drawn frame is unknown
+    hi, after = end, None  # `after`: the first frame of the block read before (later events)
+    while hi > 0 and open_worlds:
+        lo = max(0, ((hi - 1) // block) * block)
+        f, w = rows(lo, hi)
+        if after is not None and f[-1] > after:
+            raise _corrupt(name)
+        after = int(f[0])
+        slot = np.searchsorted(frames, f, side="left")
+        at = np.minimum(np.searchsorted(positions, w), len(positions) - 1)
+        mine = positions[at] == w
+        if mine.any():
+            keys = at[mine] * slots + slot[mine]
+            index = lo + np.flatnonzero(mine)
+            unique, last = np.unique(keys[::-1], return_index=True)  # the last event of each key
+            for key, i, fr in zip(unique.tolist(), index[::-1][last].tolist(), f[mine][::-1][last].tolist()):
+                best.setdefault(key, (i, fr))  # a later block's event wins
+                if key % slots == 0:  # earlier events of this world only hold before the first drawn frame
+                    open_worlds.discard(int(positions[key // slots]))
+        hi = lo
+    keys = np.asarray(sorted(best), np.int64)
+    found = np.asarray([best[k] for k in keys.tolist()], np.int64).reshape(-1, 2)
+    for k, p in enumerate(positions.tolist()):
+        mine = keys // slots == k
+        out[p] = (keys[mine] % slots, found[mine, 0], found[mine, 1])
+    return out

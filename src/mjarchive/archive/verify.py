@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import MjArchiveError
+from .._errors import MjArchiveError, StorageError
 from .format import ROOT_ATTR
 from .manifest import check_schema, root_schema
 from .variants import check_values
@@ -37,6 +37,13 @@ def verify_archive(archive: Any) -> VerifyReport:
         return _verify(archive)
 
 
+def _damage(exc: MjArchiveError) -> str:
+    """What a failed check says about the archive; a StorageError says nothing about it and is raised."""
+    if isinstance(exc, StorageError):
+        raise exc
+    return str(exc)
+
+
 def _verify(archive: Any) -> VerifyReport:
     problems: list[str] = []
     checked: list[str] = []
@@ -46,17 +53,17 @@ def _verify(archive: Any) -> VerifyReport:
         checked.append(f"metadata valid against the format {archive.format_version} schema "
                        f"({root_schema()['title']}); {n} committed frames (commit record: {archive._commit_source})")
     except MjArchiveError as exc:
-        problems.append(str(exc))
+        problems.append(_damage(exc))
     try:
         bundle = archive.bundle
         archive.model()
         checked.append(f"model bundle: {len(bundle.assets)} assets, sha256 {bundle.sha256[:16]}…, layout matches")
     except MjArchiveError as exc:
-        problems.append(f"model bundle: {exc}")
+        problems.append(f"model bundle: {_damage(exc)}")
     try:
         stored_ids = archive._wid_array[:]
     except MjArchiveError as exc:
-        problems.append(f"world_id: {exc}")
+        problems.append(f"world_id: {_damage(exc)}")
     except Exception as exc:  # a corrupt chunk fails inside zarr or numcodecs
         problems.append(f"world_id: its chunk does not decode; the archive may be corrupt: {exc!r}")
     else:
@@ -96,7 +103,7 @@ def _verify(archive: Any) -> VerifyReport:
                 checked.append(f"{name}: every committed chunk present and decodes"
                                + ("" if name in ("reset",) else ", values finite"))
         except MjArchiveError as exc:
-            problems.append(f"{name}: {exc}")
+            problems.append(f"{name}: {_damage(exc)}")
     for name in archive.manifest.overlays:
         try:
             for start in range(0, n, cf):
@@ -104,7 +111,7 @@ def _verify(archive: Any) -> VerifyReport:
             checked.append(f"overlay {name!r}: every committed chunk present and decodes, counts within max_count, "
                            "coordinates finite, labels UTF-8")
         except MjArchiveError as exc:
-            problems.append(f"overlay {name!r}: {exc}")
+            problems.append(f"overlay {name!r}: {_damage(exc)}")
     problems += _verify_variants(archive, checked)
     return VerifyReport(problems=problems, checked=checked)
 
@@ -121,10 +128,12 @@ def _verify_variants(archive: Any, checked: list[str]) -> list[str]:
             for lo in range(0, n, spec.chunk_events):
                 try:
                     block = np.asarray(values[lo:min(n, lo + spec.chunk_events)])
+                except MjArchiveError:
+                    raise
                 except Exception as exc:
                     raise MjArchiveError(f"events {lo}.. do not decode: {exc!r}") from None
                 check_values(field, block, model, what=f" (events {lo}..{lo + len(block) - 1})")
             checked.append(f"variant {field}: {n} events in frame order, of recorded worlds, values within bounds")
         except MjArchiveError as exc:
-            problems.append(f"variant {field}: {exc}")
+            problems.append(f"variant {field}: {_damage(exc)}")
     return problems

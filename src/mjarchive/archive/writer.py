@@ -13,7 +13,8 @@ import numpy as np
 import zarr
 
 from .bundle.model_bundle import ModelBundle
-from .._errors import AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError
+from .._errors import (AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError, StorageError,
+                       WriterLockedError)
 from .creation import as_bundle, build_archive, plan_archive, write_root
 from .format import (
     COMMIT_KEY,
@@ -28,7 +29,8 @@ from .manifest import Manifest, commit_document, read_commit, uses_commit_docume
 from .overlays import pack_frames
 from .storage.shard_writer import ShardWriter
 from .storage.shard_writer import enabled as enabled_fast_shards
-from .storage.locations import open_root, remove_partial_files
+from .storage.lease import DEFAULT_LEASE_TTL, WriterLease, acquire_lease, check_ttl
+from .storage.locations import new_store, open_root, remove_partial_files
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -87,14 +89,17 @@ class ArchiveWriter:
 
     Use as a context manager, or call `close()`. Frames become visible to readers (and survive a
     crash) when committed: each time a chunk of `chunk_frames` frames fills up, on `flush()` and on
-    `close()`.
+    `close()`. It holds the archive's writer lease until `close()` (one writer per archive); if
+    another writer takes the lease over, it finishes at most the write cycle under way (see the spec,
+    "Writer lease"), then writes nothing more and raises WriterLockedError.
     """
 
     def __init__(self, root: zarr.Group, manifest: Manifest, n_frames: int, *, location: Any,
                  check_finite: bool = True, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  n_events: dict[str, int] | None = None, model: mujoco.MjModel | None = None,
-                 root_status: str = "live"):
+                 root_status: str = "live", lease: WriterLease | None = None):
         self.location = location
+        self._lease = lease  # held until close(): renewed before each write cycle, checked before each commit
         self.manifest = manifest
         self.check_finite = check_finite
         self._root = root
@@ -286,19 +291,24 @@ class ArchiveWriter:
         if self._closed:
             return
         try:
-            if not self._error:
-                self.flush()
-        finally:
-            self._closed = True
-            with self._cond:
-                self._cond.notify_all()
-            self._thread.join()
-        if self._error is None:
+            try:
+                if not self._error:
+                    self.flush()
+            finally:
+                self._closed = True
+                with self._cond:
+                    self._cond.notify_all()
+                self._thread.join()
+            if self._error is not None:
+                self._raise_background_error()
+            if self._lease is not None:
+                self._lease.renew()  # trimming rewrites array metadata: only while the lease is ours
             self._arrays.resize(self._n_committed)
             self._variants.trim()
             self._commit(self._n_committed, "finalized")
-        else:
-            raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
+        finally:
+            if self._lease is not None:
+                self._lease.release()  # also when failing: this writer is done
 
     def __enter__(self) -> ArchiveWriter:
         return self
@@ -318,6 +328,11 @@ class ArchiveWriter:
             self._raise_background_error()
 
     def _raise_background_error(self) -> None:
+        if isinstance(self._error, WriterLockedError):  # fenced: another writer took the archive over
+            raise WriterLockedError(str(self._error)) from self._error
+        if isinstance(self._error, StorageError):  # nothing past the last commit was committed
+            raise StorageError(f"{self._error} (frames committed: {self._n_committed}; append the rest again "
+                               "after reopening with mode='a')") from self._error
         if self._error is not None:
             raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
 
@@ -391,6 +406,8 @@ class ArchiveWriter:
     def _write_buffer(self, n: int) -> None:
         """Write buffer rows [0, n) at the buffer's start, then commit."""
         start, stop = self._buffer_start, self._buffer_start + n
+        if self._lease is not None:  # a writer that lost its lease writes nothing, not even chunks
+            self._lease.renew()
         if self._arrays.capacity() < stop:
             grow = self.manifest.chunk_frames * 16
             self._arrays.resize(((stop + grow - 1) // grow) * grow)
@@ -409,6 +426,8 @@ class ArchiveWriter:
         commit document (it holds the same counts, and removing it would let a reader that read the
         live root just before find neither record)."""
         counts = self._variants.counts
+        if self._lease is not None:
+            self._lease.check()
         if status == "live" and self._uses_commit_document:
             self._store.write_now(COMMIT_KEY, commit_document(n_frames, counts))
             if self._root_status != "live":  # resuming a finalized archive: its root must say live again
@@ -418,6 +437,8 @@ class ArchiveWriter:
         self._n_committed = n_frames
 
     def _write_root(self, n_frames: int, status: str) -> None:
+        if self._lease is not None:
+            self._lease.check()
         write_root(self._root, self.manifest.to_dict(n_frames, status, self._variants.counts))
         self._root_status = status
 
@@ -428,7 +449,8 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
            chunk_frames: int = DEFAULT_CHUNK_FRAMES, shard_worlds: int = DEFAULT_SHARD_WORLDS,
            overwrite: bool = False, check_finite: bool = True, backend: str = "unknown",
            storage_options: dict | None = None, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-           variant_fields: Any = (), overlays: dict[str, Any] | None = None) -> ArchiveWriter:
+           variant_fields: Any = (), overlays: dict[str, Any] | None = None,
+           lease_ttl: float = DEFAULT_LEASE_TTL) -> ArchiveWriter:
     """Create a new archive and return its writer.
 
     `model` is a ModelBundle, an MJCF path or an MjSpec. `world_ids` are the original IDs of the
@@ -442,21 +464,55 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     randomization: "geom_rgba", "geom_size", "body_pos", ...; see `writer.set_variant`), and
     `overlays` declares debug overlay tracks, `{"target": mjarchive.Overlay.points(radius=0.03)}`,
     filled per frame with `append(..., overlays={...})`.
+
+    The writer holds the archive's writer lease until `close()` (one writer per archive; see
+    `mjarchive.open`); `lease_ttl` is its lifetime in seconds on object storage between renewals.
+    `overwrite=True` refuses to replace an archive that another writer holds.
     """
+    ttl = check_ttl(lease_ttl)
     bundle = as_bundle(model)
     manifest, mj_model = plan_archive(
         bundle, world_ids=world_ids, n_worlds=n_worlds, timestep=timestep, output_fps=output_fps,
         playback_speed=playback_speed, dtype=dtype, precision=precision, tracks=tracks, chunk_frames=chunk_frames,
         shard_worlds=shard_worlds, backend=backend, variant_fields=variant_fields, overlays=overlays)
-    root = build_archive(location, bundle, manifest, overwrite=overwrite, storage_options=storage_options)
-    return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
-                         max_pending_bytes=max_pending_bytes, model=mj_model)
+    store = new_store(location, overwrite=overwrite, storage_options=storage_options)  # ArchiveExistsError
+    # The lease first, held through building: a writer that opens the old archive meanwhile is refused,
+    # and overwriting keeps the lease's own folder (and its lock) while it deletes everything else.
+    lease = acquire_lease(store, where=_where(location), ttl=ttl, creating=True)
+    try:
+        root = build_archive(location, store, bundle, manifest, overwrite=overwrite)
+        return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
+                             max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease)
+    except BaseException:
+        lease.release()
+        raise
 
+
+def _where(location: Any) -> str:
+    return repr(location if isinstance(location, str) else str(location))
 
 
 def open_writer(location: Any, *, storage_options: dict | None = None, check_finite: bool = True,
-                max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> ArchiveWriter:
-    """Reopen an archive to append after its last committed frame (used by `open(mode="a")`)."""
+                max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, take_over: bool = False,
+                lease_ttl: float = DEFAULT_LEASE_TTL) -> ArchiveWriter:
+    """Reopen an archive to append after its last committed frame (used by `open(mode="a")`), once
+    its writer lease is ours (WriterLockedError names the writer holding it)."""
+    ttl = check_ttl(lease_ttl)
+    if not isinstance(take_over, bool):
+        raise MjArchiveError(f"take_over must be True or False, got {take_over!r:.40}")
+    root = open_root(location, mode="a", storage_options=storage_options)  # an archive is there
+    lease = acquire_lease(root.store_path.store, where=_where(location), take_over=take_over, ttl=ttl)
+    try:
+        return _resume(location, storage_options, check_finite, max_pending_bytes, lease)
+    except BaseException:
+        lease.release()
+        raise
+
+
+def _resume(location: Any, storage_options: dict | None, check_finite: bool, max_pending_bytes: int,
+            lease: WriterLease) -> ArchiveWriter:
+    """The archive as committed once the lease is ours: its last writer may have committed since it was
+    first opened, and its temporary files are now stray."""
     remove_partial_files(location)
     root = open_root(location, mode="a", storage_options=storage_options)
     manifest, n_frames, _status, n_events = read_commit(root)
@@ -472,4 +528,5 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
         raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256; "
                           "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,
-                         max_pending_bytes=max_pending_bytes, n_events=n_events, root_status=root_status)
+                         max_pending_bytes=max_pending_bytes, n_events=n_events, root_status=root_status,
+                         lease=lease)

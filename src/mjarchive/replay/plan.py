@@ -23,8 +23,8 @@ from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import Archive
 from ..archive.variants import apply_variant
 from .backends.registry import backend_for
-from .views.camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_view, camera_label,
-                           framing_geoms, resolve, sample_indices, track_path)
+from .views.camera import (AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS, Camera, View, as_cameras, auto_geoms, auto_view,
+                           camera_label, framing_geoms, resolve, sample_indices, track_path)
 from .views.variant_map import KINEMATIC_FIELDS
 from .video import grid_shape, video_name
 from .worker import RenderUnit
@@ -124,12 +124,13 @@ def resolve_cameras(archive: Archive, model: mujoco.MjModel, cameras: Any, *, wo
 def _auto(archive: Archive, model: mujoco.MjModel, cam: Camera, label: str, world_ids: list[int],
           frame_idx: np.ndarray, size: tuple[int, int], scene: Any, slot: int) -> View:
     """Camera.auto(): bound the moving geoms of a sample of the selected worlds and frames."""
-    geoms = framing_geoms(model)
     if scene is not None:  # every world's offset matters for the scene's extent (at most 64 worlds)
         worlds = list(world_ids)
     else:
         worlds = [world_ids[i] for i in sample_indices(len(world_ids), AUTO_SAMPLE_WORLDS)]
     frames = frame_idx[sample_indices(len(frame_idx), AUTO_SAMPLE_FRAMES)]
+    # Bounded before any pose: at most AUTO_SAMPLE_POINTS positions, whatever the model's geom count.
+    geoms = auto_geoms(framing_geoms(model), len(frames) * len(worlds))
     sel = archive.select(worlds=worlds, frames=frames)
     qpos = sel.qpos
     mpos, mquat = (sel.mocap_pos, sel.mocap_quat) if model.nmocap else (None, None)
@@ -198,9 +199,12 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
                           warp_batch, scene=scene, options=options, recipe=recipe, labels=labels,
                           overlays=tuple(overlays), session=session)
 
+    # Read once for the selection: only the events that decide the drawn frames of the drawn worlds.
+    window = archive.variant_window(world_ids, frame_idx) if archive.variant_fields and layout == "per-world" else None
+
     def changes(world_id: int) -> np.ndarray | None:
         """Frames at which a world's model variants change: no per-world unit straddles one."""
-        return archive.variant_changes(world_id) if archive.variant_fields else None
+        return None if window is None else window.changes(world_id)
 
     outputs: list[Output] = []
     per_unit = unit_frames(be, budget // (h * w * 3))
@@ -241,13 +245,28 @@ def unit_frames(backend, fit: int) -> int:
     return fit if backend.unit_frames is None else min(fit, backend.unit_frames)
 
 
+#: Frames one render call draws at most (38 hours at 30 fps): the plan holds an index entry per
+#: frame, so a larger selection is refused before anything of its length is allocated.
+MAX_RENDER_FRAMES = 1 << 22
+
+
 def selected_frames(archive: Archive, sel: Any, frames: Any) -> np.ndarray:
-    frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
-    if not len(frame_idx):
+    """The selection's frame indices, (n,) int64, checked before they are built: at least one, at
+    most MAX_RENDER_FRAMES, and the stored chunks of the first and last present (a committed
+    frame count that no chunk backs is refused here, not after planning its length)."""
+    n = int(sel.shape[0])  # from the selection's slice or array: nothing of the archive's length
+    if not n:
         raise SelectionError(
             f"the frame selection {frames!r} holds no frames (the archive has {archive.n_frames} committed "
             "frames; a live archive shows frames once the writer commits them)"
         )
+    if n > MAX_RENDER_FRAMES:
+        raise SelectionError(f"the frame selection holds {n} frames (of {archive.n_frames} committed); one render "
+                             f"draws at most {MAX_RENDER_FRAMES}: select a range, e.g. frames=slice(0, 100000) "
+                             "(CLI --frames 0:100000), and render the rest in further calls")
+    frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
+    ends = np.unique(frame_idx[[0, -1]])
+    archive.select(frames=ends).time  # refuses chunks that are not there
     return frame_idx
 
 
@@ -318,10 +337,10 @@ def _body_poses(archive: Archive, model: mujoco.MjModel, data: mujoco.MjData, wo
     xpos = np.empty((len(frames), 3))
     xmat = np.empty((len(frames), 9))
     i = 0
-    changes = archive.variant_changes(world_id) if kinematic else None
-    for part in split(frames, cf, cf, changes):
+    window = archive.variant_window([world_id], frames) if kinematic else None
+    for part in split(frames, cf, cf, None if window is None else window.changes(world_id)):
         if kinematic:
-            values = archive.variant(world_id, part[0])
+            values = window.values(world_id, part[0])
             apply_variant(varied, {f: values[f] for f in kinematic})
             model = varied
         sel = archive.select(worlds=[world_id], frames=np.asarray(part))

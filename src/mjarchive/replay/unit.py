@@ -46,7 +46,7 @@ def render_unit(unit: RenderUnit) -> UnitResult:
     backend = backend_for(unit.backend)
     renderer = backend.renderer_for(unit, archive, model)
     worlds = unit.scene.world_ids if unit.scene is not None else (unit.world_id,)
-    spans = VariantSpans(archive, worlds, renderer, unit.scene) if archive.variant_fields else None
+    spans = VariantSpans(archive, worlds, renderer, unit.scene, frames=frames) if archive.variant_fields else None
     labels = None
     if unit.scene is not None and unit.labels is not None:
         labels = functools.partial(SceneLabels, unit, archive, sel)

@@ -37,7 +37,7 @@ from .controls import SPEEDS, ViewerControls
 from .drawing import COLOUR_FIELDS, GeomLayer, Part, not_shown, world_labels, world_looks
 from .frames import MAX_VIEW_WORLDS, FramePoses, PoseWindow
 from .geometry import geom_meshes
-from .overlays import MAX_LABELS, OverlayLayer
+from .overlays import MAX_LABELS, VIEW_PRIMITIVES_PER_TRACK, OverlayLayer
 from .playback import ViewerPlayback
 from .request import (check_listen, check_max_worlds, format_ids, is_loopback, markdown_text, parse_worlds, quiet,
                       url_for)
@@ -72,7 +72,8 @@ class Viewer(ViewerControls, ViewerPlayback):
         self._layer: GeomLayer | None = None
         self._look_key: tuple[int, ...] | None = None  # the worlds' variant segments the looks were set for
         self._labels: list[Any] = []
-        self._hidden_labels = 0  # overlay labels past MAX_LABELS at the frame shown
+        self._hidden_primitives = 0  # overlay primitives not drawn at the frame shown (chunks.shown_at_most)
+        self._notice = ""  # said in the status line until the committed count changes again
         self._playing, self._speed, self._loop = False, 1.0, True
         self._follow_live = archive.status == "live"
         self._follow_body: int | None = None  # body id the cameras follow, in world self._follow_world
@@ -148,13 +149,21 @@ class Viewer(ViewerControls, ViewerPlayback):
             self._show(int(frame))
 
     def show_worlds(self, worlds: Any) -> tuple[int, ...]:
-        """Show other worlds (IDs, a slice over IDs or text such as '0:8'); keeps camera and playhead."""
+        """Show other worlds (IDs, a slice over IDs or text such as '0:8'); keeps camera and playhead.
+        Worlds the viewer refuses to draw (MjArchiveError: too many shapes, too much memory) leave
+        those shown before on the page."""
         self._check_open()
         ids = self._resolve(worlds)
         with self._lock:
+            before = self.world_ids
             self._set_worlds(ids)
             if self._shown is not None:
-                self._show(self._shown)
+                try:
+                    self._show(self._shown)
+                except MjArchiveError:
+                    self._set_worlds(before)
+                    self._show(self._shown)
+                    raise
         return ids
 
     def serve_forever(self) -> None:
@@ -282,14 +291,17 @@ class Viewer(ViewerControls, ViewerPlayback):
             quat[bad] = (1.0, 0.0, 0.0, 0.0)
         self._invalid = [w for w, b in zip(self.world_ids, bad) if b]
         server, layer = self._server, self._layer
+        looks = key = groups = None
+        if layer.varies:
+            key = window.variant_segments(frame)
+            if key != self._look_key:  # some world's values in force differ from those on the page
+                looks = world_looks(self._model, layer.geoms, [window.variant(w, frame) for w in self.world_ids])
+                groups = layer.check_looks(looks)  # counted from the model's sizes before anything is built or sent
         with server.atomic():
             layer.update(pos, quat)
-            if layer.varies:
-                key = window.variant_segments(frame)
-                if key != self._look_key:  # some world's values in force differ from those on the page
-                    values = [window.variant(w, frame) for w in self.world_ids]
-                    layer.set_looks(world_looks(self._model, layer.geoms, values), pos, quat)
-                    self._look_key = key
+            if looks is not None:
+                layer.set_looks(looks, pos, quat, groups)
+                self._look_key = key
             if self._overlays is not None:
                 self._show_overlays(frame, poses, bad)
             if self._follow_body is not None and self._follow_world in self.world_ids:
@@ -307,7 +319,9 @@ class Viewer(ViewerControls, ViewerPlayback):
         anchors = np.array(poses.body_pos[:, 1]) if self._model.nbody > 1 else None
         if anchors is not None:
             anchors[bad] = 0.0
-        self._hidden_labels = self._overlays.show_frame(self._window.overlays(frame), self._offsets, anchors)
+        window = self._window
+        self._hidden_primitives = self._overlays.show_frame(window.overlays(frame), self._offsets, anchors,
+                                                            window.hidden_primitives(frame))
 
     def _status_text(self, frame: int, t: float) -> str:
         n, a = self.n_frames, self._archive
@@ -316,8 +330,11 @@ class Viewer(ViewerControls, ViewerPlayback):
         invalid = self._invalid
         if invalid:
             text += f" · **not finite here: world {format_ids(invalid)}** (drawn collapsed)"
-        if self._hidden_labels:
-            text += f" · {self._hidden_labels} overlay labels not shown (at most {MAX_LABELS} per overlay)"
+        if self._notice:
+            text += f" · **{markdown_text(self._notice)}**"
+        if self._hidden_primitives:
+            text += (f" · {self._hidden_primitives} overlay primitives not shown (at most {MAX_LABELS} labels or "
+                     f"{VIEW_PRIMITIVES_PER_TRACK:,} points or arrows per overlay and frame)")
         if self._not_shown:
             text += " · " + markdown_text(f"not shown in the viewer: {', '.join(self._not_shown)}; "
                                           "mjarchive render draws them")

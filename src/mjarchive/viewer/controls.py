@@ -27,8 +27,8 @@ _log = logging.getLogger(__name__)
 class ViewerControls:
     """The controls part of `app.Viewer`: builds the page's panels (`_build_gui`) and handles their events.
 
-    Uses the viewer's server, archive, lock and follow state, its playhead (`_request`, `_pause`,
-    from `playback.ViewerPlayback`) and `_show`, `show_worlds`.
+    Uses the viewer's server, archive, window, lock and follow state, its playhead (`_request`, `_pause`,
+    from `playback.ViewerPlayback`) and `_show`, `show_worlds`, `_report`.
     """
 
     def _build_gui(self, ids: tuple[int, ...]) -> None:
@@ -107,13 +107,16 @@ class ViewerControls:
 
     def _on_reset_nav(self, direction: int) -> None:
         with self._lock:
-            if self._shown is None:
+            if self._shown is None or self._window is None:
                 return
-            k = self._shown
-            later = [s for s in self._starts if s > k] if direction > 0 else [s for s in self._starts if s < k]
-            if later:
+            try:  # past the starts the window keeps, it reads reset markers from the playhead on
+                target = self._window.episode_start_near(self._shown, direction)
+            except MjArchiveError as exc:
+                self._report(exc)
+                return
+            if target is not None:
                 self._pause()
-                self._request(later[0] if direction > 0 else later[-1])
+                self._request(target)
 
     def _set(self, **state: Any) -> None:
         with self._lock:

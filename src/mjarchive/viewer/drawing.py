@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 import mujoco
 import numpy as np
 
-from .._errors import MjArchiveError
 from . import geometry
 from .geometry import GeomMesh, geom_mesh
 
@@ -178,10 +177,15 @@ class GeomLayer:
         return scales
 
     # -- when the values in force change ---------------------------------------------------------------------
-    def set_looks(self, looks: Looks, pos: np.ndarray, quat: np.ndarray) -> None:
+    def set_looks(self, looks: Looks, pos: np.ndarray, quat: np.ndarray,
+                  groups: dict[int, list[tuple[Any, Any]]] | None = None) -> None:
         """Apply the worlds' looks (`world_looks` of `geoms`); meshes whose shapes differ between
-        worlds are rebuilt here, posed at pos/quat. Raises MjArchiveError when the meshes would
-        exceed geometry.MAX_VIEW_VERTICES vertices."""
+        worlds are rebuilt here, posed at pos/quat. `groups`: what `check_looks(looks)` returned,
+        where the caller checked already; otherwise it is checked here: raises MjArchiveError,
+        counted from the model's sizes before a mesh is built or sent, when the meshes would exceed
+        the limits of `geometry.check_drawn` (vertices, triangles, batched meshes)."""
+        if groups is None:
+            groups = self.check_looks(looks)
         if not self._columns:
             self._build(pos, quat)
         colours = bool(self._fields & COLOUR_FIELDS)
@@ -193,19 +197,35 @@ class GeomLayer:
                     self._colour(p, rgba)
                 p.handle.batched_scales = self._floor_scale(p.mesh) * (rgba[:, 3:] > 0)
                 continue
-            groups = self._groups(column, looks)
-            if [(p.key, _rows_key(p.rows)) for p in parts] != [(k, _rows_key(r)) for k, r in groups]:
-                parts = self._rebuild(column, groups, pos, quat)
+            if [(p.key, _rows_key(p.rows)) for p in parts] != [(k, _rows_key(r)) for k, r in groups[column]]:
+                parts = self._rebuild(column, groups[column], pos, quat)
             for p in parts:
                 rgba = looks.rgba[p.rows, column]
                 if colours:
                     self._colour(p, rgba)
                 p.handle.batched_scales = self._scales(p, looks, rgba)
-        total = sum(len(p.mesh.vertices) for p in self.parts)
-        if total > geometry.MAX_VIEW_VERTICES:
-            raise MjArchiveError(
-                f"the worlds' differing geom shapes need {total:,} vertices, more than the viewer shows "
-                f"({geometry.MAX_VIEW_VERTICES:,}, MAX_VIEW_VERTICES); show fewer worlds at once")
+
+    def check_looks(self, looks: Looks) -> dict[int, list[tuple[Any, Any]]]:
+        """Count the batched meshes, vertices and triangles the worlds' looks need (their distinct
+        shapes per geom), from the model's sizes, and refuse (MjArchiveError) beyond the limits of
+        `geometry.check_drawn` before anything is built or sent; returns the shapes per column.
+        Counted geom by geom, so a hostile archive is refused as soon as it passes a limit."""
+        groups: dict[int, list[tuple[Any, Any]]] = {}
+        meshes = vertices = faces = 0
+        for column, mesh in enumerate(self._meshes):
+            groups[column] = self._groups(column, looks)
+            g = mesh.geom
+            shared = bool(self._model.geom_bodyid[g] == 0 and self._model.geom_type[g] == _G.mjGEOM_PLANE)
+            for key, _ in ([(None, None)] if shared else groups[column]):
+                if key is None:
+                    counts = (len(mesh.vertices), len(mesh.faces))
+                else:  # a size (a primitive: the same counts) or another mesh or height field id
+                    counts = geometry.mesh_counts(self._model, g, dataid=None if isinstance(key, tuple) else key)
+                if counts is not None:
+                    meshes, vertices, faces = meshes + 1, vertices + counts[0], faces + counts[1]
+            geometry.check_drawn(meshes, vertices, faces, f"the {len(self._offsets)} worlds' differing geom shapes",
+                                 "show fewer worlds at once (e.g. --worlds 0:4)")
+        return groups
 
     @staticmethod
     def _colour(p: Part, rgba: np.ndarray) -> None:

@@ -30,16 +30,23 @@ import mujoco
 import numpy as np
 
 from .._errors import ClosedError, SelectionError
-from ..archive.overlays import OverlayFrames
-from .chunks import Chunk, chunks_around, read_chunk
+from ..archive.overlays import OverlayRows
+from .chunks import Chunk, chunks_around, read_chunk, track_bytes
 from .kinematics import POSE_FIELDS, FramePoses, PoseSolver
 from .variant_values import VARIANT_CACHE_PER_WORLD, VariantValues
 
-__all__ = ["FramePoses", "MAX_VIEW_WORLDS", "POSE_CACHE_FRAMES", "POSE_FIELDS", "VARIANT_CACHE_PER_WORLD",
-           "PoseWindow"]
+__all__ = ["FramePoses", "MAX_EPISODE_STARTS", "MAX_VIEW_WORLDS", "MAX_WINDOW_BYTES", "POSE_CACHE_FRAMES",
+           "POSE_FIELDS", "RESET_BLOCK", "VARIANT_CACHE_PER_WORLD", "PoseWindow"]
 
 #: The most worlds one window (one browser page) shows at once.
 MAX_VIEW_WORLDS = 64
+#: Bytes of stored chunks one window holds at most (`max_memory_bytes` less poses and variant values).
+MAX_WINDOW_BYTES = 1 << 30
+#: Episode starts kept per world (the page marks at most playback.MAX_MARKS); more are counted, and
+#: found when asked for by reading reset markers (`PoseWindow.episode_start_near`).
+MAX_EPISODE_STARTS = 10_000
+#: Frames of one world's reset markers read at once (a bool each).
+RESET_BLOCK = 1 << 20
 #: Frames whose computed poses are kept (scrubbing back and forth, several clients on one frame).
 POSE_CACHE_FRAMES = 8
 
@@ -75,6 +82,17 @@ class PoseWindow:
         self._pose_fields = tuple(f for f in POSE_FIELDS if f in self._variant_fields)
         self._variant_row_bytes = sum(np.asarray(getattr(model, f)).nbytes for f in self._variant_fields)
         self._overlay_specs = dict(archive.overlays)
+        # Bounded before anything is read: the chunks held must fit MAX_WINDOW_BYTES (fewer are held around
+        # the playhead if need be), and a single chunk that does not is refused.
+        one = self.chunk_bytes
+        if one > MAX_WINDOW_BYTES:
+            fit = max(1, len(self.world_ids) * MAX_WINDOW_BYTES // one)
+            raise SelectionError(f"one stored chunk of these {len(self.world_ids)} worlds takes {one:,} bytes in "
+                                 f"memory ({self._cf} frames with their overlays), more than a view holds "
+                                 f"({MAX_WINDOW_BYTES:,}, MAX_WINDOW_BYTES); show fewer worlds at once (about {fit})")
+        if self._capacity * one > MAX_WINDOW_BYTES:
+            self._window_chunks = (MAX_WINDOW_BYTES // one - 1) // 2
+            self._capacity = 2 * self._window_chunks + 1
         # Archive I/O (reads and refresh) goes through one lock: a refresh replaces the reader's arrays,
         # and the store wrappers are not documented as thread-safe. The prefetcher holds it for one chunk.
         self._io_lock = threading.Lock()
@@ -83,7 +101,7 @@ class PoseWindow:
         self._chunks: collections.OrderedDict[int, Chunk] = collections.OrderedDict()  # LRU order
         self._loading: dict[int, threading.Event] = {}
         self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
-        self._episodes: dict[int, list[int]] = {}
+        self._episodes: dict[int, tuple[int, list[int], int]] = {}  # world -> (frames read, starts, count)
         self._variants = VariantValues(archive, self.world_ids, self._io_lock, self._cond)
         self._playhead: int | None = None
         self._wanted_gen = 0  # bumped by set_playhead() and refresh(); the prefetcher works until it catches up
@@ -111,7 +129,8 @@ class PoseWindow:
 
     @property
     def max_chunks(self) -> int:
-        """The most stored chunks the window holds: 2 * window_chunks + 1."""
+        """The most stored chunks the window holds: 2 * window_chunks + 1, fewer where MAX_WINDOW_BYTES
+        holds fewer."""
         return self._capacity
 
     @property
@@ -122,13 +141,14 @@ class PoseWindow:
 
     @property
     def chunk_bytes(self) -> int:
-        """Bytes one full chunk of the selected worlds takes in memory (overlays' decoded labels aside)."""
+        """Bytes one full chunk of the selected worlds takes in memory at most: qpos, mocap, time, and
+        of overlay tracks the counts and the primitives drawn (`chunks.TrackRows`)."""
         lay = self._archive.manifest.layout
         item = np.dtype(self._archive.manifest.dtype).itemsize
+        W = len(self.world_ids)
         per_world = (lay.nq + 7 * lay.nmocap) * item
-        for o in self._overlay_specs.values():
-            per_world += 4 + o.max_count * (4 * o.width + o.max_bytes)
-        return self._cf * (len(self.world_ids) * per_world + 8)
+        per_frame = 8 + sum(track_bytes(o, W) for o in self._overlay_specs.values())  # time, overlay tracks
+        return self._cf * (W * per_world + per_frame)
 
     @property
     def memory_bytes(self) -> int:
@@ -157,11 +177,11 @@ class PoseWindow:
                 if n < self._n_frames:  # never for a valid archive; start over rather than serve stale data
                     self._chunks.clear()
                     self._poses.clear()
+                    self._episodes.clear()
                 else:
                     for c in [c for c, ch in self._chunks.items() if ch.stop - ch.start < self._cf and ch.stop < n]:
                         del self._chunks[c]
                 self._n_frames = n
-                self._episodes.clear()
                 self._variants.forget_changes()
                 self._wanted_gen += 1
                 self._cond.notify_all()
@@ -207,32 +227,115 @@ class PoseWindow:
                                  f"{list(self.world_ids)}") from None
         return self._variants.at(w, self._check_frame(frame))
 
-    def overlays(self, frame: int) -> dict[str, tuple[OverlayFrames, int]]:
-        """The archive's overlay tracks at `frame`: name -> (the chunk's OverlayFrames over the
-        window's worlds, the frame's row in it); {} for an archive without overlays."""
+    def overlays(self, frame: int) -> dict[str, OverlayRows]:
+        """The archive's overlay tracks at `frame`: name -> its primitives over the window's worlds
+        (`row_primitives` draws them), the first chunks.MAX_LABELS labels or
+        chunks.VIEW_PRIMITIVES_PER_TRACK points or arrows in world order (`hidden_primitives`
+        counts the others); {} without overlays."""
         self._check_open()
         frame = self._check_frame(frame)
         if not self._overlay_specs:
             return {}
         chunk = self._get_chunk(frame // self._cf, need=frame + 1)
-        return {name: (o, frame - chunk.start) for name, o in chunk.overlays.items()}
+        return {name: t.rows[frame - chunk.start] for name, t in chunk.overlays.items()}
+
+    def hidden_primitives(self, frame: int) -> dict[str, int]:
+        """Per overlay track: primitives stored at `frame` that the viewer does not draw (past
+        chunks.MAX_LABELS or chunks.VIEW_PRIMITIVES_PER_TRACK); from the counts, nothing else read.
+        {} without overlays."""
+        self._check_open()
+        frame = self._check_frame(frame)
+        if not self._overlay_specs:
+            return {}
+        chunk = self._get_chunk(frame // self._cf, need=frame + 1)
+        return {name: t.hidden(frame - chunk.start) for name, t in chunk.overlays.items()}
 
     def episode_starts(self, world_id: int) -> list[int]:
-        """Frames where the world's episodes start (frame 0 and each reset), cached until `refresh()`."""
+        """Frames where the world's episodes start (frame 0 and each reset): the first
+        MAX_EPISODE_STARTS of them (`episode_count` counts all). Each frame's reset marker is read
+        once, in blocks of RESET_BLOCK frames; a `refresh()` reads those of the new frames only."""
+        return list(self._episode_state(world_id)[1])
+
+    def episode_count(self, world_id: int) -> int:
+        """Episodes of the world in the committed frames (1 + its resets after frame 0)."""
+        return self._episode_state(world_id)[2]
+
+    def episode_start_near(self, frame: int, direction: int) -> int | None:
+        """The nearest episode start after frame 0 of any of the window's worlds after `frame`
+        (direction > 0) or before it (direction < 0); None where there is none.
+
+        The kept starts (`episode_starts`) answer wherever they reach; past the first
+        MAX_EPISODE_STARTS of a world, its reset markers are read from `frame` onward (or backward),
+        RESET_BLOCK frames at a time, up to the first block that holds one.
+        """
         self._check_open()
-        wid = int(world_id) if isinstance(world_id, (int, np.integer)) and not isinstance(world_id, bool) else world_id
-        with self._cond:
-            if wid in self._episodes:
-                return list(self._episodes[wid])
+        if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
+            raise SelectionError(f"frame must be an integer, got {frame!r}")
+        k, forward = int(frame), direction > 0
+        states = {w: self._episode_state(w) for w in self.world_ids}
+        n = min((s[0] for s in states.values()), default=0)
+        best: int | None = None
+        scan: list[int] = []  # worlds whose next (previous) start may lie past the kept ones
+        floor = k  # backward: the lowest frame that may hold a start not kept
+        for w, (_, starts, total) in states.items():
+            kept = [s for s in starts if s > 0 and (s > k if forward else s < k)]
+            if kept:
+                mine = kept[0] if forward else kept[-1]
+                best = mine if best is None else min(best, mine) if forward else max(best, mine)
+            complete = len(starts) == total
+            if forward and not complete and not kept:
+                scan.append(w)  # every start up to starts[-1] is kept, and starts[-1] <= k
+            elif not forward and not complete and starts[-1] + 1 < k:
+                scan.append(w)
+                floor = min(floor, starts[-1] + 1)
+        if not scan:
+            return best
+        step = max(1, RESET_BLOCK // len(scan))
+        if forward:
+            stop = min(n, best if best is not None else n)
+            for lo in range(max(k + 1, 1), stop, step):
+                found = self._resets_in(scan, lo, min(lo + step, stop))
+                if found.size:
+                    return int(found[0])
+        else:
+            lo_bound = max(floor, 1, best + 1 if best is not None else 1)
+            for hi in range(min(k, n), lo_bound, -step):
+                found = self._resets_in(scan, max(hi - step, lo_bound), hi)
+                if found.size:
+                    return int(found[-1])
+        return best
+
+    def _resets_in(self, world_ids: list[int], lo: int, hi: int) -> np.ndarray:
+        """Sorted frames in [lo, hi) where any of these worlds has a reset marker."""
+        with self._io_lock:
+            reset = self._archive.select(worlds=world_ids, frames=slice(lo, hi)).reset
+        return np.flatnonzero(reset.any(axis=1)) + lo
+
+    def _episode_state(self, world_id: int) -> tuple[int, list[int], int]:
+        """(frames read, the first starts, how many starts) of one world, read up to n_frames."""
+        self._check_open()
+        if isinstance(world_id, bool) or not isinstance(world_id, (int, np.integer)):
+            raise SelectionError(f"world IDs must be integers, got {world_id!r}")
+        wid = int(world_id)
+        self._archive.world_index(wid)  # SelectionError naming the recorded IDs
         with self._io_lock:
             with self._cond:
                 n = self._n_frames
-            # archive.episodes() would use the archive's own count, which an outside refresh may have moved.
-            starts = [r.start for r in self._archive.episodes(wid) if r.start < n]
+                read, starts, total = self._episodes.get(wid, (0, [], 0))
+            starts = list(starts)
+            if n and not read:
+                starts, total = [0], 1
+            for lo in range(read, n, RESET_BLOCK):  # only frames committed since the last read
+                hi = min(lo + RESET_BLOCK, n)
+                reset = self._archive.select(worlds=[wid], frames=slice(lo, hi)).reset[:, 0]
+                found = np.flatnonzero(reset) + lo
+                found = found[found > 0]  # frame 0 starts an episode whatever its marker
+                total += len(found)
+                starts += found[:max(0, MAX_EPISODE_STARTS - len(starts))].tolist()
             with self._cond:
                 if n == self._n_frames:
-                    self._episodes[wid] = starts
-        return list(starts)
+                    self._episodes[wid] = (n, starts, total)
+        return n, starts, total
 
     def set_playhead(self, frame: int) -> None:
         """Hint: the chunks around `frame` (window_chunks each side) are read in the background."""
@@ -317,7 +420,7 @@ class PoseWindow:
             with self._cond:
                 n = self._n_frames
             return read_chunk(self._archive, self.world_ids, c, self._cf, n, mocap=self._mocap,
-                              overlay_names=self._overlay_specs)
+                              overlays=self._overlay_specs)
 
     def _insert(self, ch: Chunk) -> None:
         """Add a chunk (caller holds _cond), evicting first chunks outside the playhead's window, then

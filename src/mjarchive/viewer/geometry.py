@@ -18,11 +18,17 @@ import numpy as np
 
 from .._errors import MjArchiveError
 
-__all__ = ["GeomMesh", "MAX_VIEW_VERTICES", "MAX_HFIELD_SAMPLES", "drawn_rgba", "geom_mesh", "geom_meshes",
-           "unit_sphere"]
+__all__ = ["GeomMesh", "MAX_VIEW_FACES", "MAX_VIEW_MESHES", "MAX_VIEW_VERTICES", "MAX_HFIELD_SAMPLES", "check_drawn",
+           "drawn_rgba", "geom_mesh", "geom_meshes", "mesh_counts", "unit_sphere"]
 
-#: Vertices summed over every drawn geom; a model beyond it (hostile or huge) is refused.
+#: Vertices summed over every mesh sent to a page (each drawn geom's, and each per-world shape's);
+#: a model or archive beyond it (hostile or huge) is refused before anything is built or sent.
 MAX_VIEW_VERTICES = 2_000_000
+#: Triangles summed the same way.
+MAX_VIEW_FACES = 4_000_000
+#: Batched meshes (scene nodes: one per drawn geom, and one per distinct per-world shape); viser
+#: sends each as its own message (about 3 ms each: 4096 take some 12 s to a first frame).
+MAX_VIEW_MESHES = 4096
 #: A height field is subsampled to at most this many samples along each axis.
 MAX_HFIELD_SAMPLES = 256
 
@@ -38,7 +44,7 @@ class GeomMesh:
 
     `vertices` (V, 3) float32 in metres and in the geom's own frame; `faces` (F, 3) uint32 vertex
     indices, counter-clockwise seen from outside; `rgba` in 0..1. Arrays are read-only and may be
-    shared between geoms that use the same mesh asset.
+    shared between geoms that use the same mesh asset or primitive shape.
     """
 
     geom: int
@@ -56,29 +62,25 @@ def geom_meshes(model: mujoco.MjModel, groups: Iterable[int] = (0, 1, 2), *,
     here: plane, sphere, capsule, ellipsoid, cylinder, box, mesh, height field. SDF geoms (a
     plugin's implicit surface) are skipped. Colour follows MuJoCo's rule: a geom with a material
     and the default rgba (0.5 0.5 0.5 1) takes the material's rgba; textures are not applied.
-    Raises MjArchiveError when the meshes would hold more than MAX_VIEW_VERTICES vertices in all.
+    Raises MjArchiveError, from the model's sizes before anything is built, beyond MAX_VIEW_MESHES
+    geoms, MAX_VIEW_VERTICES vertices or MAX_VIEW_FACES triangles in all.
     """
     visible = _parse_groups(groups)
     chosen: list[tuple[int, tuple[float, float, float, float]]] = []
-    total = 0
-    for g in range(model.ngeom):
-        group = int(model.geom_group[g])
-        if group not in visible:
+    vertices = faces = 0
+    # Counted from the compiled model's sizes before anything is built: a hostile model allocates nothing.
+    colours = drawn_rgba(model.geom_rgba, model.geom_matid, model.mat_rgba)  # (ngeom, 4), one pass
+    shown = np.isin(np.asarray(model.geom_group), sorted(visible)) & ((colours[:, 3] > 0) | keep_clear)
+    for g in np.flatnonzero(shown).tolist():
+        rgba = tuple(float(x) for x in colours[g])
+        counts = mesh_counts(model, g)
+        if counts is None:
             continue
-        rgba = _rgba(model, g)
-        if rgba[3] <= 0 and not keep_clear:
-            continue
-        n = _vertex_count(model, g)
-        if n is None:
-            continue
-        total += n
-        if total > MAX_VIEW_VERTICES:  # counted before anything is built: a hostile model allocates nothing
-            raise MjArchiveError(
-                f"the model's drawn geoms have more than {MAX_VIEW_VERTICES:,} vertices (MAX_VIEW_VERTICES), too "
-                "many to show in a browser; hide geom groups (groups=...) or simplify the meshes"
-            )
+        vertices, faces = vertices + counts[0], faces + counts[1]
         chosen.append((g, rgba))
-    shared: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # mesh id -> arrays, for geoms sharing an asset
+        check_drawn(len(chosen), vertices, faces, "the model's drawn geoms",
+                    "hide geom groups (groups=...) or simplify the model's meshes")
+    shared: dict = {}  # mesh id or primitive shape -> arrays, for geoms sharing them
     out = []
     for g, rgba in chosen:
         built = _build(model, g, shared)
@@ -92,15 +94,24 @@ def geom_mesh(model: mujoco.MjModel, g: int, *, size: np.ndarray | None = None,
               dataid: int | None = None) -> GeomMesh | None:
     """Geom g's mesh as `geom_meshes` builds it, but with another `size` (primitives) or mesh or
     height field id `dataid` than the model's (a world's variant values); None if not drawable.
-    Raises MjArchiveError beyond MAX_VIEW_VERTICES vertices."""
-    n = _vertex_count(model, g, dataid)
-    if n is None:
+    Raises MjArchiveError beyond MAX_VIEW_VERTICES vertices or MAX_VIEW_FACES triangles."""
+    counts = mesh_counts(model, g, dataid)
+    if counts is None:
         return None
-    if n > MAX_VIEW_VERTICES:
-        raise MjArchiveError(f"geom {g}'s mesh has more than {MAX_VIEW_VERTICES:,} vertices (MAX_VIEW_VERTICES), too "
-                             "many to show in a browser")
+    check_drawn(1, *counts, f"geom {g}'s mesh", "simplify the mesh")
     built = _build(model, g, {}, size=size, dataid=dataid)
     return None if built is None else GeomMesh(geom=g, vertices=built[0], faces=built[1], rgba=_rgba(model, g))
+
+
+def check_drawn(meshes: int, vertices: int, faces: int, what: str, fix: str) -> None:
+    """Refuse (MjArchiveError) `meshes` batched meshes of `vertices` and `faces` in all beyond
+    MAX_VIEW_MESHES, MAX_VIEW_VERTICES or MAX_VIEW_FACES; `what` names them, `fix` says what to do."""
+    for n, limit, noun, name in ((meshes, MAX_VIEW_MESHES, "meshes", "MAX_VIEW_MESHES"),
+                                 (vertices, MAX_VIEW_VERTICES, "vertices", "MAX_VIEW_VERTICES"),
+                                 (faces, MAX_VIEW_FACES, "triangles", "MAX_VIEW_FACES")):
+        if n > limit:
+            raise MjArchiveError(f"{what} need more than {limit:,} {noun} ({name}), too many to show in a browser; "
+                                 f"{fix}, or render them with mjarchive render")
 
 
 def unit_sphere() -> tuple[np.ndarray, np.ndarray]:
@@ -154,30 +165,26 @@ def _hfield_steps(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray
     return keep(nrow), keep(ncol)
 
 
-def _vertex_count(model: mujoco.MjModel, g: int, dataid: int | None = None) -> int | None:
-    """Vertices the geom's mesh will have; None for a geom that is not drawn here."""
+def mesh_counts(model: mujoco.MjModel, g: int, dataid: int | None = None) -> tuple[int, int] | None:
+    """(vertices, faces) the geom's mesh will have (`geom_mesh` with this mesh or height field id),
+    from the compiled model's sizes alone: nothing is built. None for a geom that is not drawn here."""
     t = int(model.geom_type[g])
     data = int(model.geom_dataid[g]) if dataid is None else int(dataid)
     G = mujoco.mjtGeom
-    if t == G.mjGEOM_PLANE:
-        return 4
-    if t in (G.mjGEOM_SPHERE, G.mjGEOM_ELLIPSOID):
-        return _SEGMENTS * (2 * _RINGS - 1) + 2
-    if t == G.mjGEOM_CAPSULE:
-        return _SEGMENTS * 2 * _RINGS + 2
-    if t == G.mjGEOM_CYLINDER:
-        return 4 * _SEGMENTS + 2
-    if t == G.mjGEOM_BOX:
-        return 24
+    if t in _PRIMITIVE_COUNTS:
+        return _PRIMITIVE_COUNTS[t]
     if t == G.mjGEOM_MESH:
-        return int(model.mesh_vertnum[data]) if 0 <= data < model.nmesh else None
+        return (int(model.mesh_vertnum[data]), int(model.mesh_facenum[data])) if 0 <= data < model.nmesh else None
     if t == G.mjGEOM_HFIELD:
         h = data
         if not 0 <= h < model.nhfield or model.hfield_nrow[h] < 2 or model.hfield_ncol[h] < 2:
             return None
         rows, cols = _hfield_steps(model, h)
-        return len(rows) * len(cols) + 2 * (len(rows) + len(cols))
+        R, C = len(rows), len(cols)
+        ring = 2 * (R - 1) + 2 * (C - 1)
+        return R * C + ring + 4, 2 * (R - 1) * (C - 1) + 2 * ring + 2
     return None  # SDF (an implicit surface from a plugin), or a type added after this module
+
 
 
 # -- building ----------------------------------------------------------------------------------------
@@ -193,6 +200,9 @@ def _build(model: mujoco.MjModel, g: int, shared: dict, size: np.ndarray | None 
         if mid not in shared:
             shared[mid] = _frozen(*_mesh(model, mid))
         return shared[mid]
+    key = ("hfield", data) if t == G.mjGEOM_HFIELD else (t, size.tobytes())  # geoms of one shape share arrays
+    if key in shared:
+        return shared[key]
     if t == G.mjGEOM_PLANE:
         v, f = _plane(size)
     elif t == G.mjGEOM_SPHERE:
@@ -213,7 +223,8 @@ def _build(model: mujoco.MjModel, g: int, shared: dict, size: np.ndarray | None 
         v, f = _hfield(model, data)
     else:
         return None
-    return _frozen(v, f)
+    shared[key] = _frozen(v, f)
+    return shared[key]
 
 
 def _frozen(v: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -338,3 +349,18 @@ def _hfield(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray]:
     k = n + len(ring)
     faces.append(np.array([[k, k + 2, k + 1], [k, k + 3, k + 2]]))  # facing down
     return np.concatenate([top, low, corners]), np.concatenate(faces)
+
+
+def _primitive_counts() -> dict[int, tuple[int, int]]:
+    """(vertices, faces) of each primitive's mesh: the same whatever its size."""
+    G = mujoco.mjtGeom
+    one = np.ones(3)
+    shapes = {G.mjGEOM_PLANE: _plane(one), G.mjGEOM_SPHERE: _revolve(_arc(-math.pi / 2, math.pi / 2, 2 * _RINGS)),
+              G.mjGEOM_CAPSULE: _revolve(np.concatenate([_arc(-math.pi / 2, 0.0, _RINGS),
+                                                         _arc(0.0, math.pi / 2, _RINGS)])),
+              G.mjGEOM_CYLINDER: _cylinder(1.0, 1.0), G.mjGEOM_BOX: _box(one)}
+    shapes[G.mjGEOM_ELLIPSOID] = shapes[G.mjGEOM_SPHERE]
+    return {int(t): (len(v), len(f)) for t, (v, f) in shapes.items()}
+
+
+_PRIMITIVE_COUNTS = _primitive_counts()

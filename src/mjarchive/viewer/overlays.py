@@ -1,7 +1,7 @@
 """Recorded debug overlays (format 1.1) in the viewer: each track's primitives at the shown frame.
 
-One frame of an overlay track (`OverlayFrames`, the window's worlds) becomes scene primitives by
-the rule the render draws with (`replay.views.overlay_draw.frame_primitives`: grid offsets, labels
+One frame of an overlay track (`OverlayRows` over the window's worlds, `PoseWindow.overlays`) becomes
+scene primitives by the rule the render draws with (`replay.views.overlay_draw.row_primitives`: grid offsets, labels
 without a position at the world's body 1, arrows without length left out). `OverlayLayer` keeps
 one viser node per track (a batched mesh of spheres of the overlay's radius for points, arrows of
 its width, a pool of labels for text) and updates it per frame; counts vary per frame and world.
@@ -13,14 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from ..archive.overlays import Overlay, OverlayFrames
-from ..replay.views.overlay_draw import FramePrimitives, frame_primitives
+from ..archive.overlays import Overlay, OverlayRows
+from ..replay.views.overlay_draw import FramePrimitives, row_primitives
+from .chunks import MAX_LABELS, VIEW_PRIMITIVES_PER_TRACK
 from .geometry import unit_sphere
 
-__all__ = ["MAX_LABELS", "OverlayLayer"]
-
-#: Labels one text track shows at once (each is a page element); the rest are counted in the status line.
-MAX_LABELS = 128
+__all__ = ["MAX_LABELS", "VIEW_PRIMITIVES_PER_TRACK", "OverlayLayer"]
 
 
 class OverlayLayer:
@@ -46,12 +44,14 @@ class OverlayLayer:
             box = gui.add_checkbox(name, self.visible[name], hint=f"draw the recorded {spec.kind} of '{name}'")
             box.on_update(lambda e, name=name: on_change(name, bool(e.target.value)))
 
-    def show_frame(self, tracks: dict[str, tuple[OverlayFrames, int]], offsets: np.ndarray,
-                   anchors: np.ndarray | None) -> int:
+    def show_frame(self, tracks: dict[str, OverlayRows], offsets: np.ndarray, anchors: np.ndarray | None,
+                   hidden: dict[str, int] | None = None) -> int:
         """Draw every visible track at one frame (`PoseWindow.overlays(frame)`; offsets and anchors as
-        `frame_primitives` takes them); returns how many labels could not be shown."""
-        return sum(self.show(name, frame_primitives(frames, i, offsets, anchors))
-                   for name, (frames, i) in tracks.items() if self.visible[name])
+        `row_primitives` takes them); returns how many labels are not shown (those past MAX_LABELS
+        that `show` drops, and `hidden`: per track, those the window never read, `PoseWindow.hidden_primitives`)."""
+        hidden = hidden or {}
+        return sum(self.show(name, row_primitives(self._specs[name].kind, rows, offsets, anchors))
+                   + hidden.get(name, 0) for name, rows in tracks.items() if self.visible[name])
 
     def show(self, name: str, prims: FramePrimitives) -> int:
         """Draw `prims` for track `name`; returns how many labels could not be shown (MAX_LABELS)."""

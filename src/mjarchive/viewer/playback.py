@@ -12,7 +12,7 @@ import logging
 import time
 
 from .._errors import ClosedError, MjArchiveError
-from .request import resets_text
+from .request import markdown_text, resets_text
 
 __all__ = ["MAX_MARKS", "POLL_SECONDS", "SEND_HZ", "ViewerPlayback"]
 
@@ -55,10 +55,11 @@ class ViewerPlayback:
             self._slider._marks = tuple(GuiSliderMark(value=float(s), label=None) for s in marks) or None
         except Exception:  # another viser version: the resets are still listed below
             _log.debug("could not update the slider's marks", exc_info=True)
-        self._resets.content = resets_text(per_world)
+        self._resets.content = resets_text(per_world, {w: self._window.episode_count(w) - 1 for w in per_world})
         if not n:
             self._status.content = ("**frame – / 0** · no committed frames yet"
-                                    + (" · waiting for some (Follow live)" if self._follow_live else ""))
+                                    + (" · waiting for some (Follow live)" if self._follow_live else "")
+                                    + (" · **" + markdown_text(self._notice) + "**" if self._notice else ""))
 
     def _poll(self) -> None:
         before, status = self.n_frames, self._archive.status
@@ -67,12 +68,30 @@ class ViewerPlayback:
             if self._archive.status != status and self._shown is not None:  # the writer closed: finalized
                 self._status.content = self._status_text(self._shown, self._time)
             return
+        self._notice = ""
+        if n < before:
+            self._frames_dropped(before, n)
         self._timeline_changed()
         at_end = self._shown is None or self._shown == before - 1
         if n and at_end and not self._playing:
             self._request(n - 1)  # following a live run: stay on its newest committed frame
         elif self._shown is not None:
             self._status.content = self._status_text(self._shown, self._time)
+
+    def _frames_dropped(self, before: int, n: int) -> None:
+        """The committed count went down (never for a valid archive: it was rewritten or damaged): the
+        playhead is clamped to the frames committed now, and the page and the log say so."""
+        shown = self._shown
+        if shown is not None and shown >= n:
+            self._pos = float(max(n - 1, 0))
+            if n:
+                self._request(n - 1)
+            else:
+                self._shown = self._target = None
+        where = f"showing frame {n - 1}" if n else "no frame to show"
+        self._notice = (f"the archive's committed frames dropped from {before} to {n} (rewritten or damaged?); "
+                        + (where if shown is not None and shown >= n else f"frame {shown} is still committed"))
+        _log.warning("mjarchive view: %s", self._notice)
 
     def _advance(self, dt: float) -> None:
         n = self.n_frames

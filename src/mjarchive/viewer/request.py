@@ -99,11 +99,13 @@ def short_ids(ids: Sequence[int]) -> str:
     return f"{', '.join(map(str, ids[:6]))}, …, {', '.join(map(str, ids[-3:]))} ({len(ids)} worlds)"
 
 
-def resets_text(per_world: dict[int, Sequence[int]]) -> str:
-    """The resets list of the page: each world's episode starts after frame 0 (at most 12 named)."""
+def resets_text(per_world: dict[int, Sequence[int]], totals: dict[int, int] | None = None) -> str:
+    """The resets list of the page: each world's episode starts after frame 0 (at most 12 named);
+    `totals`: each world's number of resets where `per_world` lists only the first."""
     lines = []
     for w, starts in per_world.items():
-        resets = [s for s in starts if s > 0]
-        shown = ", ".join(map(str, resets[:12])) + (f", … ({len(resets)} in all)" if len(resets) > 12 else "")
+        resets = [s for s in starts[:13] if s > 0]
+        total = (totals or {}).get(w, len([s for s in starts if s > 0]))
+        shown = ", ".join(map(str, resets[:12])) + (f", … ({total} in all)" if total > 12 else "")
         lines.append(f"world {w}: {shown or 'none'}")
     return ("Resets (episode starts) — " + "; ".join(lines)) if lines else ""

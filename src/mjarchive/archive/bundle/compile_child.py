@@ -32,6 +32,19 @@ MAX_OFFSAMPLES = 16
 MAX_QUALITY_SEGMENTS = 512  # numslices, numstacks, numquads
 #: What a replay recipe may ask for.
 MAX_SCENE_COPIES = 64
+#: A scene's compiled size, estimated from one extra copy's before the copies are composed.
+MAX_SCENE_BYTES = 256 * 2**20
+#: A scene's bodies, geoms, sites, joints, cameras, lights, tendons, actuators and sensors: composing
+#: 64 of dm_control's fruitfly (29,312) took 12 s on 2 busy cores, and the time grows faster than that.
+MAX_SCENE_ELEMENTS = 50_000
+_COUNTED = ("nbody", "ngeom", "nsite", "njnt", "ncam", "nlight", "ntendon", "nu", "nsensor")
+#: Replay poses and renders, never simulates: its arena holds only the stack that compiling and
+#: posing use, never the constraint arena a model declares for simulation (dm_control's rodent,
+#: `<size njmax="8000" nconmax="4000">`, asks 3.4 GB). Posing was measured to use at most 85 bytes
+#: per dof (mj_flex of a 3,879-dof flex); compiling, a dense actuator-by-dof moment (mj_transmission).
+REPLAY_ARENA_BYTES = 16 * 2**20
+_ARENA_BYTES_PER_DOF = 1024
+_DOFS = {mujoco.mjtJoint.mjJNT_FREE: 6, mujoco.mjtJoint.mjJNT_BALL: 3}
 _MAX_REPLAY_CAMERAS = 16
 _MAX_SCENE_OFFSET = 1e6  # metres, per coordinate
 
@@ -55,6 +68,20 @@ def check_spec_files(spec: Any, assets: Mapping[str, bytes]) -> None:
     for kind, file in named:
         if file and file not in assets:
             raise Refused(f"the parsed model's {kind} file {file!r} is not a bundle member")
+
+
+def size_for_replay(spec: mujoco.MjSpec) -> None:
+    """Size `spec`'s arena for posing and rendering (`REPLAY_ARENA_BYTES` and some per joint), in
+    place of what it declares or MuJoCo would choose for simulating, and its multisampling to at most
+    MAX_OFFSAMPLES (dm_control's fruitfly asks 24); kinematics are unchanged."""
+    nv = sum(_DOFS.get(joint.type, 1) for joint in spec.joints)
+    spec.nstack = -1  # `memory` takes precedence when compiling; <size> allows only one of them
+    spec.memory = _replay_arena(nv, len(spec.actuators))
+    spec.visual.quality.offsamples = min(spec.visual.quality.offsamples, MAX_OFFSAMPLES)
+
+
+def _replay_arena(nv: int, nu: int) -> int:
+    return REPLAY_ARENA_BYTES + nv * (_ARENA_BYTES_PER_DOF + 8 * nu)
 
 
 def check_compiled(model: Any) -> None:
@@ -88,11 +115,14 @@ _GLOBALS = ("compiler", "option", "visual", "stat", "memory", "nstack", "njmax",
 _ASSET_REFS = (("geoms", ("meshname", "hfieldname", "material")), ("sites", ("meshname", "material")),
                ("skins", ("material",)), ("tendons", ("material",)), ("flexes", ("material",)),
                ("lights", ("texture",)))
+_USER_ARRAYS = (("bodies", "nuser_body"), ("joints", "nuser_jnt"), ("geoms", "nuser_geom"), ("sites", "nuser_site"),
+                ("cameras", "nuser_cam"), ("tendons", "nuser_tendon"), ("actuators", "nuser_actuator"),
+                ("sensors", "nuser_sensor"))
 _COPY_PREFIX = re.compile(r"scene[0-9]+/")
 _COPY_WORLD = re.compile(r"scene[0-9]+/world")
-#: Prefix of the bodies and cameras the replay adds to a model (models using it are refused).
+#: Name of the body the replay adds to a model (its cameras: `-0`, `-1`, ...); `~1`, `~2`, ... appended
+#: when the model uses the name itself (see apply_recipe).
 REPLAY_NAME = "mjarchive-replay"
-_SCENE_ARENA_BYTES = 16 * 2**20
 
 
 def _number(value: Any, what: str, low: float, high: float, *, open_interval: bool = False) -> float:
@@ -140,25 +170,33 @@ def apply_recipe(spec: mujoco.MjSpec, recipe: dict) -> mujoco.MjSpec:
       directional lights appear once (see `_share_world`). Keyframes are dropped; `<statistic>` is
       the recorded model's, so clipping planes, shadows and the headlight match one world's render.
     - `"cameras"`: `[fovy, ...]` (up to 16, degrees in (0, 180)): fixed cameras
-      `mjarchive-replay-{j}` at the origin, ids `ncam - len(cameras) + j`, posed by the replay.
+      `mjarchive-replay-{j}` (`mjarchive-replay~k-{j}` if the model uses those names) at the
+      origin, on a body of their own that comes last, ids `ncam - len(cameras) + j`, posed by the replay.
 
-    May return a new spec; `spec` may be changed either way. Raises `Refused` on a bad recipe."""
+    The arena is sized for replay (`size_for_replay`). May return a new spec; `spec` may be changed
+    either way. Raises `Refused` on a bad recipe."""
     copies, fovys = _parse_recipe(recipe)
+    size_for_replay(spec)
     if copies:
         spec = _scene(spec, copies)
     if fovys:
-        taken = [e.name for e in [*spec.bodies, *spec.cameras] if e.name.startswith(REPLAY_NAME)]
-        if taken:
-            raise Refused(f"the model names an element {taken[0][:64]!r}: names starting with "
-                          f"{REPLAY_NAME!r} are reserved for replay cameras; rename it")
+        # The replay's names never collide with a valid model's: a model that names its own body or
+        # camera like them keeps its names, and the replay takes `REPLAY_NAME~k` for the first free
+        # k. Replay finds its body and cameras by place (the last body, and the cameras on it), not
+        # by name (`replay.views.scene.replay_elements`).
+        taken = {e.name for e in [*spec.bodies, *spec.cameras]}
+        prefix, k = REPLAY_NAME, 0
+        while prefix in taken or any(f"{prefix}-{j}" in taken for j in range(len(fovys))):
+            k += 1
+            prefix = f"{REPLAY_NAME}~{k}"
         # On a body of their own, last in the tree: cameras of the world body would come first.
-        body = spec.worldbody.add_body(name=REPLAY_NAME)
+        body = spec.worldbody.add_body(name=prefix)
         if hasattr(body, "fuse"):
             body.fuse = False  # <compiler fusestatic> would move them to the world body
         else:  # MuJoCo before 3.16 can only keep it by fusing no static body at all
             spec.compiler.fusestatic = False
         for j, fovy in enumerate(fovys):
-            body.add_camera(name=f"{REPLAY_NAME}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
+            body.add_camera(name=f"{prefix}-{j}", fovy=fovy, mode=mujoco.mjtCamLight.mjCAMLIGHT_FIXED)
     return spec
 
 
@@ -166,9 +204,17 @@ def _scene(base: mujoco.MjSpec, copies: list[tuple[float, float, float]]) -> muj
     for key in list(base.keys):  # a keyframe's qpos no longer fits the scene
         base.delete(key)
     base.nkey = 0  # <size nkey>: blank keyframes, unnamed, so prefixed to one repeated name
+    # User arrays show in no picture, and N copies of them cost N times (64 humanoids with
+    # nuser_geom="45000": a 422 MiB scene and 2.4 GiB to compose it; without them, 4 MiB).
+    for elements, attr in _USER_ARRAYS:
+        setattr(base, attr, 0)
+        for element in getattr(base, elements):
+            element.userdata = []
+    base.nuserdata = 0
     first, rest = base.copy(), base.copy()
     model = first.compile()  # the recorded model as compiled alone: shared poses, statistic
     check_compiled(model)
+    first.memory = rest.memory = -1  # the scene's arena is sized for all copies (attach warns of differing ones)
     offsets = np.asarray(copies, dtype=np.float64)
     mean = offsets.mean(axis=0)
     _share_world(first, model, offsets, mean)
@@ -185,13 +231,50 @@ def _scene(base: mujoco.MjSpec, copies: list[tuple[float, float, float]]) -> muj
     scene = mujoco.MjSpec()
     for attr in _GLOBALS:
         setattr(scene, attr, getattr(base, attr))
-    # Replay poses and never simulates: no constraint arena. MuJoCo's automatic size grows faster
-    # than the copies (a 60-dof robot x 64 asked for 806 MB), so it is set to what posing needs.
-    scene.memory = _SCENE_ARENA_BYTES
+    n = len(offsets)
+    _check_scene_cost(model, n)
     scene.copy_during_attach = True  # `rest` is attached many times
-    for k, offset in enumerate(offsets):
+    _attach_copies(scene, first, rest, offsets[:2])
+    _share_assets(scene)
+    if n > 2:  # bound the whole scene by what one more copy costs, before composing it
+        size_for_replay(scene)
+        extra = mujoco.mj_sizeModel(scene.compile()) - mujoco.mj_sizeModel(model)
+        estimate = mujoco.mj_sizeModel(model) + extra * (n - 1)
+        if estimate > MAX_SCENE_BYTES:
+            raise Refused(f"a scene of {n} copies of this model would take about {estimate >> 20} MiB "
+                          f"({extra >> 20} MiB a copy), above the replay limit of {MAX_SCENE_BYTES >> 20} MiB; "
+                          "render fewer worlds per frame")
+        _attach_copies(scene, first, rest, offsets[2:], start=2)
+        _share_assets(scene)
+    # MuJoCo's automatic arena grows faster than the copies (a 60-dof robot x 64 asked for 806 MB).
+    size_for_replay(scene)
+    # One world's statistic (meaninertia is deprecated and left out), centred on the grid.
+    stat = scene.stat
+    stat.extent, stat.center = model.stat.extent, model.stat.center + mean
+    stat.meansize, stat.meanmass = model.stat.meansize, model.stat.meanmass
+    return scene
+
+
+def _check_scene_cost(model: Any, n: int) -> None:
+    """Refuse a scene of `n` copies of `model` whose elements or arena are too many to compose."""
+    elements = n * sum(int(getattr(model, count)) for count in _COUNTED)
+    arena = _replay_arena(model.nv * n, model.nu * n)  # grows as the copies squared
+    for what, value, limit in (("elements", elements, MAX_SCENE_ELEMENTS),
+                               ("MiB of arena to compile", arena >> 20, MAX_ARENA_BYTES >> 20)):
+        if value > limit:
+            raise Refused(f"a scene of {n} copies of this model would have {value} {what}, above the replay limit "
+                          f"of {limit}; render fewer worlds per frame")
+
+
+def _attach_copies(scene: mujoco.MjSpec, first: mujoco.MjSpec, rest: mujoco.MjSpec, offsets: np.ndarray,
+                   start: int = 0) -> None:
+    for k, offset in enumerate(offsets, start):
         frame = scene.worldbody.add_frame(pos=offset)
         scene.attach(first if k == 0 else rest, frame=frame, prefix=f"scene{k}/")
+
+
+def _share_assets(scene: mujoco.MjSpec) -> None:
+    """Point the copies' asset references at copy 0's assets, and their targets at the world."""
     for elements, attrs in _ASSET_REFS:
         for element in getattr(scene, elements):
             for attr in attrs:
@@ -201,11 +284,6 @@ def _scene(base: mujoco.MjSpec, copies: list[tuple[float, float, float]]) -> muj
     for element in [*scene.lights, *scene.cameras]:  # attach prefixes a target "world" here (only)
         if _COPY_WORLD.fullmatch(element.targetbody):
             element.targetbody = "world"
-    # One world's statistic (meaninertia is deprecated and left out), centred on the grid.
-    stat = scene.stat
-    stat.extent, stat.center = model.stat.extent, model.stat.center + mean
-    stat.meansize, stat.meanmass = model.stat.meansize, model.stat.meanmass
-    return scene
 
 
 def _shared_world(spec: mujoco.MjSpec) -> list[Any]:
@@ -248,8 +326,10 @@ def compile_payload(header: dict, body: bytes) -> bytes:
     spec = mujoco.MjSpec.from_string(xml, assets=assets)
     check_spec_files(spec, assets)
     if header.get("recipe") is not None:
-        spec = apply_recipe(spec, header["recipe"])
+        spec = apply_recipe(spec, header["recipe"])  # sizes the arena for replay too
         check_spec_files(spec, assets)  # what the derived spec names is still only bundle members
+    else:
+        size_for_replay(spec)
     model = spec.compile()
     check_compiled(model)
     data = mujoco.MjData(model)  # allocates the arena: within the memory limit, or fails here

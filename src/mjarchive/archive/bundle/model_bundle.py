@@ -490,6 +490,8 @@ def _read_blob(group: Any, key: str, entry: Any, limit: int) -> bytes:
         raise FormatError(f"model bundle member {key!r} has shape {arr.shape}, declared size {size}")
     try:
         data = arr[:].tobytes() if size else b""
+    except MjArchiveError:  # refused by the CheckedStore, or the store did not answer (StorageError)
+        raise
     except Exception as exc:
         raise FormatError(f"model bundle member {key!r} does not decode: {exc}") from None
     if _sha256(data) != entry.get("sha256"):

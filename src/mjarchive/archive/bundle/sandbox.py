@@ -1,11 +1,12 @@
 """Compiling a model bundle read from an archive: in a child process, under time and memory limits.
 
 A few hundred bytes of MJCF can ask MuJoCo for enormous work or memory (`<replicate>`, huge
-builtin or PNG textures, visual quality settings, composites, `<size memory>`), and MuJoCo's
-parser and compiler run in C where a bomb would take the whole process down. So an untrusted
-bundle is first checked statically (`xml_checks.check_bundle_xml`), then parsed, checked again as an
-MjSpec, compiled and posed once in a fresh interpreter that imports only MuJoCo
-(`compile_child.py`), limited in address space and CPU time; the parent loads the returned MJB.
+builtin or PNG textures, visual quality settings, composites), and MuJoCo's parser and compiler
+run in C where a bomb would take the whole process down. So an untrusted bundle is first checked
+statically (`xml_checks.check_bundle_xml`), then parsed, checked again as an MjSpec, sized for
+replay (its arena: `compile_child.size_for_replay`, whatever `<size>` declares), compiled and posed
+once in a fresh interpreter that imports only MuJoCo (`compile_child.py`), limited in address space
+and CPU time; the parent loads the returned MJB.
 Results are cached per process by the bundle's content hash (computed from the bytes, never taken
 from the archive) and the replay recipe, so each (bundle, recipe) is compiled once per process. A
 recipe (`compile_child.apply_recipe`: scene copies, replay cameras) is applied in the child too.

@@ -11,6 +11,9 @@ MAX_JSON_BYTES / MAX_JSON_DEPTH before zarr parses it):
   the shard object;
 - a chunk, shard or inner chunk of committed frames (the commit record's `n_frames`) that is missing or
   marked empty is damage (the writer writes every chunk), not fill values.
+
+Over an object store (`remote`, see remote.py) every operation of the wrapped store is also bounded in
+time, and a transport failure left after the retries is a StorageError naming the object.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from zarr.storage import WrapperStore
 
 from ..._errors import FormatError
 from .chunk_layout import ZARR_V2_METADATA, ArrayInfo, cached_array_info, check_chunk
+from .remote import Remote
 from ..format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES,
                      MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth, parse_json_bytes,
                      version_at_least)
@@ -86,7 +90,8 @@ class _State:
             return meta
         if meta.get("consolidated_metadata") is not None:
             # zarr would serve the children's metadata from this copy, never reading (or checking)
-            # their own documents; mjarchive writes none, and the spec refuses it.
+            # their own documents; mjarchive writes none, and the spec refuses it (even an empty
+            # one). null, which zarr-python 3.0 writes for every group, means absent.
             raise FormatError(f"group {path or '/'!r} carries consolidated_metadata, which the mjarchive format "
                               "does not use; refusing to read metadata that bypasses the arrays' own documents")
         attrs = meta.get("attributes")
@@ -205,18 +210,26 @@ def _inside_mask(info: ArrayInfo, coords: tuple[int, ...]) -> np.ndarray:
 class CheckedStore(WrapperStore):
     """Wraps a store so that every metadata document and chunk is bounded before zarr decodes it."""
 
-    def __init__(self, store: Any, state: _State | None = None) -> None:
+    def __init__(self, store: Any, remote: Remote | None = None, state: _State | None = None) -> None:
         super().__init__(store)
         self._state = state or _State()
+        self._remote = remote
 
     def _with_store(self, store: Any) -> CheckedStore:
-        return type(self)(store, self._state)
+        return type(self)(store, self._remote, self._state)
+
+    def _io(self, op: str, key: str, awaitable: Any) -> Any:
+        """`awaitable`, one operation of the wrapped store, bounded in time over an object store."""
+        return awaitable if self._remote is None else self._remote.call(op, key, awaitable)
+
+    def _raw_get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        return self._io("reading", key, self._store.get(key, prototype, byte_range))
 
     def __repr__(self) -> str:
         return f"CheckedStore({self._store!r})"
 
     async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
-        buf = await self._store.get(key, prototype or default_buffer_prototype(), byte_range)
+        buf = await self._raw_get(key, prototype or default_buffer_prototype(), byte_range)
         return self._checked(key, byte_range, buf)
 
     def _checked(self, key: str, byte_range: Any, buf: Any) -> Any:
@@ -284,7 +297,8 @@ class CheckedStore(WrapperStore):
             yield list(enumerate(await asyncio.gather(*(self.get(key, prototype, r) for r in byte_ranges))))
             return
         try:
-            async for group in self._store.get_ranges(key, byte_ranges, prototype=prototype, **coalescing):
+            groups = self._store.get_ranges(key, byte_ranges, prototype=prototype, **coalescing)
+            async for group in (groups if self._remote is None else self._remote.iterate("reading", key, groups)):
                 yield [(i, self._checked(key, byte_ranges[i], buf)) for i, buf in group]
         except* FileNotFoundError:  # zarr reads that as "shard gone": fill values, unless it is damage
             self._checked(key, byte_ranges[0] if byte_ranges else None, None)
@@ -301,9 +315,40 @@ class CheckedStore(WrapperStore):
         return [(i, self.get_sync(key, prototype=prototype, byte_range=r)) for i, r in enumerate(byte_ranges)]
 
     async def set(self, key: str, value: Any) -> None:
-        await self._store.set(key, value)
+        await self._io("writing", key, self._store.set(key, value))
         if key == "zarr.json" or key.endswith("/zarr.json"):
             self._state.record(key, value.to_bytes())
+
+    # The wrapped store's other operations, bounded the same way (WrapperStore would call them bare).
+    async def _set_many(self, values: Any) -> None:
+        await asyncio.gather(*(self.set(key, value) for key, value in values))
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        await self._io("writing", key, self._store.set_if_not_exists(key, value))
+
+    async def exists(self, key: str) -> bool:
+        return await self._io("looking for", key, self._store.exists(key))
+
+    async def delete(self, key: str) -> None:
+        await self._io("deleting", key, self._store.delete(key))
+
+    async def delete_dir(self, prefix: str) -> None:
+        await self._io("deleting", prefix, self._store.delete_dir(prefix))
+
+    async def is_empty(self, prefix: str) -> bool:
+        return await self._io("listing", prefix, self._store.is_empty(prefix))
+
+    def list(self) -> Any:
+        return self._listing("", self._store.list())
+
+    def list_prefix(self, prefix: str) -> Any:
+        return self._listing(prefix, self._store.list_prefix(prefix))
+
+    def list_dir(self, prefix: str) -> Any:
+        return self._listing(prefix, self._store.list_dir(prefix))
+
+    def _listing(self, prefix: str, iterator: Any) -> Any:
+        return iterator if self._remote is None else self._remote.iterate("listing", prefix, iterator)
 
     # Whole-object reads and writes from the calling thread, checked the same way: a local store does
     # them without a round trip through zarr's event loop thread (what dominates opening an archive).
@@ -313,7 +358,7 @@ class CheckedStore(WrapperStore):
         if get_sync is not None:
             buf = get_sync(key, prototype=default_buffer_prototype(), byte_range=byte_range)
         else:
-            buf = sync(self._store.get(key, default_buffer_prototype(), byte_range))
+            buf = sync(self._raw_get(key, default_buffer_prototype(), byte_range))
         return self._checked(key, byte_range, buf)
 
     def read_json_now(self, key: str) -> tuple[bytes, dict] | None:
@@ -323,7 +368,7 @@ class CheckedStore(WrapperStore):
         if get_sync is not None:
             buf = get_sync(key, prototype=default_buffer_prototype())
         else:
-            buf = sync(self._store.get(key, default_buffer_prototype()))
+            buf = sync(self._raw_get(key, default_buffer_prototype()))
         if buf is None:
             return None
         raw = buf.to_bytes()

@@ -14,7 +14,8 @@ import numcodecs
 import numpy as np
 
 from ..._errors import FormatError
-from ..format import ALLOWED_CODECS, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES
+from ..format import (ALLOWED_CODECS, BLOSC_COMPRESSOR_CODES, MAX_CHUNK_BYTES, MAX_DECODED_CHUNK_BYTES,
+                      check_codec_settings)
 
 __all__ = ["ArrayInfo", "ZARR_V2_METADATA", "cached_array_info", "check_chunk"]
 
@@ -112,6 +113,7 @@ def _array_info(path: str, meta: dict) -> ArrayInfo:
     chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
     info = ArrayInfo(path, shape, chunks, "/", _committed_axis(path, shape))
     try:
+        check_codec_settings(meta, path)  # also for arrays zarr opens itself (the bundle's members)
         if grid.get("name") != "regular" or len(chunks) != len(shape) or min(chunks, default=1) < 1:
             raise FormatError("the chunk grid is not a regular grid of the array's rank")
         enc = meta.get("chunk_key_encoding") or {}
@@ -216,6 +218,9 @@ def check_chunk(info: ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
         if end < 16:
             raise FormatError(f"blosc chunk {key!r} is truncated ({end} bytes)")
         _version, _lz, flags, _typesize, nbytes, blocksize, cbytes = struct.unpack_from("<BBBBIII", data, 0)
+        if flags >> 5 not in BLOSC_COMPRESSOR_CODES:  # set even when the block is stored uncompressed
+            raise FormatError(f"blosc chunk {key!r} names compressor code {flags >> 5}; the spec allows blosclz, "
+                              "lz4, lz4hc, zlib and zstd (codes 0, 1, 3, 4)")
         if nbytes != chain.decoded or cbytes != end:
             raise FormatError(
                 f"blosc chunk {key!r} declares {nbytes} decoded / {cbytes} stored bytes; the chunk holds "

@@ -29,7 +29,7 @@ from ..._errors import FormatError
 from ..._fs import describe_mode
 from ..format import MAX_JSON_BYTES
 
-__all__ = ["SafeLocalStore", "walk_files"]
+__all__ = ["SafeLocalStore", "key_parts", "lstat_at", "read_file", "walk_dir", "walk_files", "write_at", "write_file"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -44,14 +44,14 @@ def _refuse(root: Path, rel: str, mode: int) -> FormatError:
     )
 
 
-def _parts(key: str) -> list[str]:
+def key_parts(key: str) -> list[str]:
     parts = key.split("/") if key else []
     if any(p in ("", ".", "..") or "\0" in p for p in parts):
         raise FormatError(f"store key {key!r} is not a plain relative path")
     return parts
 
 
-def _walk(root: Path, parts: list[str], *, create: bool = False) -> int:
+def walk_dir(root: Path, parts: list[str], *, create: bool = False) -> int:
     """A descriptor of the directory `root/parts...`, each component a real directory (not followed).
 
     Raises FileNotFoundError/NotADirectoryError when a component is missing or a regular file.
@@ -84,21 +84,21 @@ def _walk(root: Path, parts: list[str], *, create: bool = False) -> int:
         raise
 
 
-def _lstat(dfd: int, name: str) -> os.stat_result | None:
+def lstat_at(dfd: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         return None
 
 
-def _read(root: Path, key: str, byte_range: Any, limit: int | None) -> bytes | None:
+def read_file(root: Path, key: str, byte_range: Any, limit: int | None) -> bytes | None:
     """The bytes of regular file `key` (or a range of them); None where zarr's LocalStore has none."""
-    parts = _parts(key)
+    parts = key_parts(key)
     if not parts:
         return None
     document = parts[-1] == "zarr.json"
     try:
-        dfd = _walk(root, parts[:-1])
+        dfd = walk_dir(root, parts[:-1])
     except FileNotFoundError:
         return None
     except NotADirectoryError:
@@ -107,7 +107,7 @@ def _read(root: Path, key: str, byte_range: Any, limit: int | None) -> bytes | N
                               "the archive is damaged") from None
         return None
     try:
-        st = _lstat(dfd, parts[-1])
+        st = lstat_at(dfd, parts[-1])
         if st is not None and stat.S_ISDIR(st.st_mode) and document:
             raise _refuse(root, key, st.st_mode)
         if st is None or stat.S_ISDIR(st.st_mode):
@@ -154,50 +154,56 @@ def _read(root: Path, key: str, byte_range: Any, limit: int | None) -> bytes | N
         os.close(dfd)
 
 
-def _write(root: Path, key: str, view: Any, exclusive: bool = False) -> None:
-    parts = _parts(key)
-    dfd = _walk(root, parts[:-1], create=True)
-    name = parts[-1]
+def write_file(root: Path, key: str, view: Any, exclusive: bool = False) -> None:
+    """Write regular file `key` atomically (a temporary file, then a rename), following nothing."""
+    parts = key_parts(key)
+    dfd = walk_dir(root, parts[:-1], create=True)
     try:
-        st = _lstat(dfd, name)
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise _refuse(root, key, st.st_mode)
-        if st is not None and exclusive:
-            raise FileExistsError(errno.EEXIST, "exists", key)
-        tmp = f"{name}.{uuid.uuid4().hex}.partial"  # the name remove_partial_files() looks for
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
-        try:
-            try:
-                mv = memoryview(view).cast("B")
-                while mv:
-                    mv = mv[os.write(fd, mv):]
-            finally:
-                os.close(fd)
-            if exclusive:
-                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-                os.unlink(tmp, dir_fd=dfd)
-            else:
-                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
+        write_at(dfd, parts[-1], view, exclusive, root=root, key=key)
     finally:
         os.close(dfd)
 
 
+def write_at(dfd: int, name: str, view: Any, exclusive: bool = False, *, root: Path, key: str) -> None:
+    """Write file `name` of the open directory `dfd` atomically; `root` and `key` name it in messages.
+    Opens no other descriptor of that directory (an NFS lock held on `dfd` survives)."""
+    st = lstat_at(dfd, name)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise _refuse(root, key, st.st_mode)
+    if st is not None and exclusive:
+        raise FileExistsError(errno.EEXIST, "exists", key)
+    tmp = f"{name}.{uuid.uuid4().hex}.partial"  # the name remove_partial_files() looks for
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+    try:
+        try:
+            mv = memoryview(view).cast("B")
+            while mv:
+                mv = mv[os.write(fd, mv):]
+        finally:
+            os.close(fd)
+        if exclusive:
+            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            os.unlink(tmp, dir_fd=dfd)
+        else:
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def _delete(root: Path, key: str, *, dir_only: bool = False) -> None:
-    parts = _parts(key)
+    parts = key_parts(key)
     if not parts:
         return
     try:
-        dfd = _walk(root, parts[:-1])
+        dfd = walk_dir(root, parts[:-1])
     except (FileNotFoundError, NotADirectoryError):
         return
     try:
-        st = _lstat(dfd, parts[-1])
+        st = lstat_at(dfd, parts[-1])
         if st is None:
             return
         if stat.S_ISDIR(st.st_mode):
@@ -218,9 +224,9 @@ def walk_files(root: Path, prefix: str = "") -> list[str]:
     Raises FormatError on a link, FIFO, device or socket.
     """
     out: list[str] = []
-    base = _parts(prefix.rstrip("/"))
+    base = key_parts(prefix.rstrip("/"))
     try:
-        top = _walk(root, base)
+        top = walk_dir(root, base)
     except (FileNotFoundError, NotADirectoryError):
         return out
     stack = [(top, "/".join(base))]
@@ -252,7 +258,7 @@ class SafeLocalStore(LocalStore):
         return MAX_JSON_BYTES if key == "zarr.json" or key.endswith("/zarr.json") else None
 
     def _get_bytes_safe(self, key: str, prototype: Any, byte_range: Any) -> Any:
-        data = _read(self.root, key, byte_range, self._limit(key))
+        data = read_file(self.root, key, byte_range, self._limit(key))
         return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
 
     def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
@@ -270,13 +276,13 @@ class SafeLocalStore(LocalStore):
     def set_sync(self, key: str, value: Any) -> None:
         self._ensure_open_sync()
         self._check_writable()
-        _write(self.root, key, value.as_buffer_like())
+        write_file(self.root, key, value.as_buffer_like())
 
     async def _set(self, key: str, value: Any, exclusive: bool = False) -> None:
         if not self._is_open:
             await self._open()
         self._check_writable()
-        await asyncio.to_thread(_write, self.root, key, value.as_buffer_like(), exclusive)
+        await asyncio.to_thread(write_file, self.root, key, value.as_buffer_like(), exclusive)
 
     def delete_sync(self, key: str) -> None:
         self._ensure_open_sync()
@@ -307,7 +313,7 @@ class SafeLocalStore(LocalStore):
 
     async def list_dir(self, prefix: str) -> Any:
         try:
-            fd = _walk(self.root, _parts(prefix.rstrip("/")))
+            fd = walk_dir(self.root, key_parts(prefix.rstrip("/")))
         except (FileNotFoundError, NotADirectoryError):
             return
         try:
@@ -319,15 +325,15 @@ class SafeLocalStore(LocalStore):
 
 
 def _is_file(root: Path, key: str) -> bool:
-    parts = _parts(key)
+    parts = key_parts(key)
     if not parts:
         return False
     try:
-        dfd = _walk(root, parts[:-1])
+        dfd = walk_dir(root, parts[:-1])
     except (FileNotFoundError, NotADirectoryError):
         return False
     try:
-        st = _lstat(dfd, parts[-1])
+        st = lstat_at(dfd, parts[-1])
         if st is None or stat.S_ISDIR(st.st_mode):
             return False
         if not stat.S_ISREG(st.st_mode):

@@ -9,6 +9,8 @@ PUT (s3fs switches to a multipart upload only above 50 MiB, and a multipart obje
 when completed), so each chunk and each `zarr.json` is replaced atomically, as on a local disk.
 The writer awaits its chunk PUTs before the PUT of the root `zarr.json` that commits them, and S3
 has read-after-write consistency, so a reader never trusts a frame whose chunks are not there.
+A URL's store operations are bounded in time and retried (remote.py: timeouts, retries, a deadline);
+what still fails is a StorageError, and a failed chunk write stops the writer before its commit.
 """
 
 from __future__ import annotations
@@ -24,24 +26,16 @@ import zarr.storage
 from zarr.core.sync import sync
 
 from ..._errors import ArchiveExistsError, ArchiveNotFoundError, FormatError, MjArchiveError
+from ..format import LEASE_GROUP
 from .checked import CheckedStore
 from .local import SafeLocalStore, walk_files
+from .remote import fsspec_options
 
-__all__ = ["is_url", "local_path", "make_store", "create_root", "open_root", "open_root_document", "remove_partial_files"]
+__all__ = ["is_url", "local_path", "make_store", "new_store", "create_root", "open_root", "open_root_document", "remove_partial_files"]
 
 _URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 # zarr's LocalStore writes `<key>.<uuid hex>.partial` and renames it into place.
 _PARTIAL_RE = re.compile(r"\.[0-9a-f]{32}\.partial$")
-
-# Defaults for s3fs, overridable through storage_options:
-# - max_concurrency=1: s3fs otherwise sends a HEAD before every whole-object GET (to decide on a
-#   parallel download), doubling metadata round trips for objects that are at most a few MiB.
-# - use_listings_cache=False: a cached listing could hide keys a live writer added since.
-_FSSPEC_DEFAULTS: dict[str, dict[str, Any]] = {
-    "s3": {"max_concurrency": 1, "use_listings_cache": False},
-    "s3a": {"max_concurrency": 1, "use_listings_cache": False},
-}
-
 
 def is_url(location: Any) -> bool:
     """True for a non-local URL such as `s3://bucket/run.mjarchive` or `memory://x` (not `file://`)."""
@@ -78,10 +72,11 @@ def make_store(location: Any, *, read_only: bool, storage_options: dict | None =
     """
     if isinstance(location, CheckedStore):
         return location.with_read_only(read_only) if location.read_only != read_only else location
-    return CheckedStore(_plain_store(location, read_only=read_only, storage_options=storage_options))
+    return CheckedStore(*_plain_store(location, read_only=read_only, storage_options=storage_options))
 
 
-def _plain_store(location: Any, *, read_only: bool, storage_options: dict | None) -> Any:
+def _plain_store(location: Any, *, read_only: bool, storage_options: dict | None) -> tuple[Any, Any]:
+    """The store of `location`, and for an fsspec URL how its operations are bounded (remote.Remote)."""
     path = local_path(location)
     if storage_options and not (is_url(location) and not location.startswith("memory://")):
         raise MjArchiveError(
@@ -89,14 +84,17 @@ def _plain_store(location: Any, *, read_only: bool, storage_options: dict | None
             f"{_describe(location)} takes none, so drop them"
         )
     if path is not None:
-        return SafeLocalStore(path, read_only=read_only)
+        return SafeLocalStore(path, read_only=read_only), None
     if isinstance(location, str):
         if location.startswith("memory://"):
-            return _memory_store(location, read_only)
+            return _memory_store(location, read_only), None
         protocol = location.split("://", 1)[0].lower()
-        options = {**_FSSPEC_DEFAULTS.get(protocol, {}), **(storage_options or {})}
+        options, remote, retries = fsspec_options(location, protocol, storage_options)
         try:
-            return zarr.storage.FsspecStore.from_url(location, storage_options=options, read_only=read_only)
+            store = zarr.storage.FsspecStore.from_url(location, storage_options=options, read_only=read_only)
+            if retries is not None:
+                store.fs.retries = retries  # s3fs takes its attempt count as an attribute only
+            return store, remote
         except ImportError as exc:
             extra = "mjarchive[s3]" if protocol in ("s3", "s3a") else f"the fsspec filesystem for {protocol}://"
             raise MjArchiveError(f"opening {location!r} needs an fsspec filesystem ({exc}); install {extra}") from None
@@ -104,7 +102,7 @@ def _plain_store(location: Any, *, read_only: bool, storage_options: dict | None
             raise MjArchiveError(
                 f"cannot open {location!r} through fsspec: {exc}; check the URL scheme and storage_options"
             ) from exc
-    return location
+    return location, None
 
 
 _MEMORY_STORES: dict[str, Any] = {}
@@ -138,8 +136,9 @@ def _store_is_empty(store: Any) -> bool:
     return bool(sync(store.is_empty("")))
 
 
-def create_root(location: Any, *, overwrite: bool, storage_options: dict | None = None) -> zarr.Group:
-    """Create the archive's root group, refusing to replace existing data unless `overwrite`."""
+def new_store(location: Any, *, overwrite: bool, storage_options: dict | None = None) -> CheckedStore:
+    """The writable store of an archive about to be created, refusing existing data unless `overwrite`
+    (ArchiveExistsError). Nothing is written: `create()` takes the writer lease next, then `create_root`."""
     path = local_path(location)
     store = make_store(location, read_only=False, storage_options=storage_options)
     if path is not None:
@@ -152,15 +151,42 @@ def create_root(location: Any, *, overwrite: bool, storage_options: dict | None 
         except Exception as exc:
             raise _remote_error(location, exc) from exc
     if exists and not overwrite:
-        hint = "mjarchive.open(path, mode='a')" if path is not None else "mjarchive.open(url, mode='a', storage_options=...)"
-        raise ArchiveExistsError(
-            f"{_describe(location)} already exists; pass overwrite=True to replace it, or append to it with {hint}"
-        )
-    if path is not None:
-        return zarr.open_group(store=store, mode="w" if overwrite else "w-", zarr_format=3)
+        raise _exists_error(location)
+    return store
+
+
+def _exists_error(location: Any) -> ArchiveExistsError:
+    path = local_path(location)
+    hint = "mjarchive.open(path, mode='a')" if path is not None else "mjarchive.open(url, mode='a', storage_options=...)"
+    return ArchiveExistsError(
+        f"{_describe(location)} already exists; pass overwrite=True to replace it, or append to it with {hint}"
+    )
+
+
+async def _names_besides_lease(store: Any) -> list[str]:
+    return [name async for name in store.list_dir("") if name.rstrip("/") != LEASE_GROUP]
+
+
+def create_root(location: Any, store: CheckedStore, *, overwrite: bool) -> zarr.Group:
+    """Create the archive's root group in `store` (from `new_store`) once the writer lease is held:
+    everything else there is deleted if `overwrite` (the lease's `_writer` group is kept, so the lease
+    is never let go while the archive is rebuilt), else it must be empty but for the lease (an archive
+    created meanwhile by another writer, since closed, is refused)."""
     try:
-        return zarr.open_group(store=store, mode="w", zarr_format=3)  # empty, or overwrite=True
+        names = sync(_names_besides_lease(store))
+        if names and not overwrite:
+            raise _exists_error(location)
+        for name in names:
+            sync(store.delete(name))  # a key (the root zarr.json), or nothing for a prefix...
+            if name != "zarr.json":
+                sync(store.delete_dir(name))  # ...whose keys go here
+        # Mode "a": the store holds `_writer/` (zarr's "w-" refuses any data); no root document is left.
+        return zarr.open_group(store=store, mode="a", use_consolidated=False, zarr_format=3)
+    except MjArchiveError:
+        raise
     except Exception as exc:
+        if local_path(location) is not None:
+            raise
         raise _remote_error(location, exc) from exc
 
 

@@ -82,6 +82,12 @@ class CpuRenderer:
         self._last_camera: int | None = None
         self._closed = False
 
+    @property
+    def overlay_capacity(self) -> int:
+        """Scene geoms left for overlay primitives once the model's own geoms are in: the scene's
+        maxgeom less the model's ngeom, at least 0 (what `OverlayPainter` reads at most per frame)."""
+        return max(0, int(self.renderer.scene.maxgeom) - int(self.model.ngeom))
+
     def set_state(self, qpos: np.ndarray, mocap_pos: np.ndarray | None = None,
                   mocap_quat: np.ndarray | None = None) -> None:
         """Pose the model: qpos (nq,), mocap_pos (nmocap, 3) m, mocap_quat (nmocap, 4) wxyz."""
@@ -192,7 +198,8 @@ class CpuBackend(Backend):
         if unit.overlays:
             from ..views.overlay_draw import OverlayPainter
 
-            painter = OverlayPainter(archive, unit.overlays, sel, unit.scene, renderer.model)
+            painter = OverlayPainter(archive, unit.overlays, sel, unit.scene, renderer.model,
+                                     max_primitives=renderer.overlay_capacity)
         for i in range(len(frames)):
             pose = None if poses is None else poses[i]
             if spans is not None and (key := spans.key(frames[i])) != span:

@@ -35,7 +35,7 @@ from ..._errors import BackendError, ClosedError, MjArchiveError
 from ...archive.variants import VARIANT_FIELDS, default_values
 from .. import worker
 from ..views.camera import View
-from ..views.scene import REPLAY_NAME
+from ..views.scene import replay_elements
 from ..views.variant_map import VariantSpans
 from .base import Backend, UnitStates, needs_tendon_stage
 
@@ -45,8 +45,6 @@ __all__ = ["BACKEND", "WarpBackend", "WarpRenderer", "unavailable", "default_dev
 #: Memory the renderer may use for per-world buffers, by device kind (overridable per call).
 DEFAULT_MEMORY_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
 MAX_BATCH = 4096
-#: Name prefix of the cameras added to the replay model for Views (see compile_child.apply_recipe).
-REPLAY_CAMERA = f"{REPLAY_NAME}-"
 #: Variant fields the Warp ray tracer never reads (it draws no sites): accepted, and ignored.
 UNDRAWN_FIELDS = frozenset({"site_rgba", "site_size"})
 
@@ -170,7 +168,9 @@ class WarpRenderer:
             if camera < 0:
                 raise BackendError("backend 'warp' renders model cameras and mjarchive Cameras; -1 is not a camera")
             return int(camera)
-        cid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, f"{REPLAY_CAMERA}{camera.slot}")
+        # By place, not name: the replay's cameras are the last ones (a model may name its own like them).
+        added = replay_elements(self.model, "cam")
+        cid = self.model.ncam - added + camera.slot if 0 <= camera.slot < added else -1
         if cid < 0:
             raise BackendError(f"the Warp replay model has no camera for {camera.label!r}: it was built without "
                                "its replay cameras (a bug: please report it)")
@@ -452,9 +452,11 @@ def _state_variants(archive, unit: PackedUnit, renderer: WarpRenderer):
         return None
     spans: dict[int, VariantSpans] = {}
     states = [(wid, f) for wid, fr in unit.segments for f in fr]
-    for wid, _ in unit.segments:
-        if wid not in spans:
-            spans[wid] = VariantSpans(archive, [wid], renderer)
+    drawn: dict[int, list[int]] = {}
+    for wid, fr in unit.segments:
+        drawn.setdefault(wid, []).extend(fr)
+    for wid, fr in drawn.items():
+        spans[wid] = VariantSpans(archive, [wid], renderer, frames=fr)
 
     def rows(s: int, e: int) -> dict[str, np.ndarray]:
         values = [spans[wid].values(f) for wid, f in states[s:e]]

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..._errors import MjArchiveError, SelectionError
 
-__all__ = ["Camera", "View", "camera_label", "MAX_LABEL", "view_pose", "project", "track_path", "auto_view", "KINDS"]
+__all__ = ["Camera", "View", "camera_label", "MAX_LABEL", "view_pose", "project", "track_path", "auto_geoms", "auto_view",
+           "KINDS"]
 
 KINDS = ("model", "free", "track", "auto")
 #: Parameters each kind takes (besides `name` for model cameras and `body` for tracking ones).
@@ -38,6 +39,9 @@ _PARAMS = {
 AUTO_ELEVATION = -20.0
 #: Frames and worlds `Camera.auto()` samples to bound the selection's bodies.
 AUTO_SAMPLE_FRAMES, AUTO_SAMPLE_WORLDS = 32, 16
+#: Geom positions Camera.auto frames at most (sampled frames × worlds × geoms): a model of many
+#: geoms is framed by every k-th of them (`auto_geoms`), so the samples stay a few MB.
+AUTO_SAMPLE_POINTS = 1 << 18
 _MAX_DISTANCE = 1e6
 
 
@@ -451,6 +455,14 @@ def framing_geoms(model: mujoco.MjModel) -> np.ndarray:
     bounded &= model.geom_rgba[:, 3] > 0
     moving = bounded & (model.body_weldid[model.geom_bodyid] != 0)
     return np.flatnonzero(moving if moving.any() else bounded)
+
+
+def auto_geoms(geoms: np.ndarray, poses: int, budget: int = AUTO_SAMPLE_POINTS) -> np.ndarray:
+    """The geoms Camera.auto samples at `poses` (frame, world) states: `geoms`, or every k-th of
+    them (first and last kept) when poses × len(geoms) would pass `budget` points."""
+    geoms = np.asarray(geoms)
+    keep = max(1, int(budget) // max(1, int(poses)))
+    return geoms if len(geoms) <= keep else geoms[sample_indices(len(geoms), keep)]
 
 
 def auto_view(model: mujoco.MjModel, camera: Camera, label: str, geom_xpos: np.ndarray,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,17 +119,27 @@ class ScenePlan:
                                       f"the recorded model need nq={n * layout.nq}, nmocap={n * layout.nmocap}")
 
 
+#: The name of the body the replay recipe adds: REPLAY_NAME, or REPLAY_NAME~k where the model uses it.
+_REPLAY_BODY = re.compile(re.escape(REPLAY_NAME) + r"(~[0-9]+)?")
+
+
 def replay_elements(model: mujoco.MjModel, kind: str) -> int:
-    """How many of the model's last bodies (kind "body") or cameras ("cam") the replay recipe added
-    (named REPLAY_NAME...): they belong to no world. 0 for other kinds."""
-    if kind not in ("body", "cam"):
+    """How many of the model's last bodies (kind "body") or cameras ("cam") the replay recipe added:
+    they belong to no world. 0 for other kinds. Found by place, not by name alone: the recipe's body
+    is the last body, a child of the world named REPLAY_NAME (or REPLAY_NAME~k, see apply_recipe),
+    and its cameras are the last cameras. A recorded model may look the same (valid names are the
+    model's to choose): callers that know how many elements their model has check against that
+    (`variant_map.VariantLayout`), and copies in a scene are prefixed, so theirs never look so."""
+    if kind not in ("body", "cam") or model.nbody < 2:
         return 0
-    obj = mujoco.mjtObj.mjOBJ_BODY if kind == "body" else mujoco.mjtObj.mjOBJ_CAMERA
-    n = int(model.nbody if kind == "body" else model.ncam)
-    k = 0
-    while k < n and (mujoco.mj_id2name(model, obj, n - 1 - k) or "").startswith(REPLAY_NAME):
-        k += 1
-    return k
+    last = int(model.nbody) - 1
+    if int(model.body_parentid[last]) != 0 or not _REPLAY_BODY.fullmatch(
+            mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, last) or ""):
+        return 0
+    if kind == "body":
+        return 1
+    on_it = np.flatnonzero(np.asarray(model.cam_bodyid) == last)
+    return len(on_it) if len(on_it) and int(on_it[0]) == model.ncam - len(on_it) else 0
 
 
 def bodies_per_copy(model: mujoco.MjModel, copies: int = 1) -> int | None:

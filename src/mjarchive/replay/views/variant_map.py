@@ -93,7 +93,7 @@ class VariantLayout:
         declared = {_kind(name): shape[0] for name, shape in self.shapes.items()}
         self._rows: dict[str, list[_Rows]] = {}
         for kind in sorted(declared):
-            rows = self._one(model, kind) if scene is None else self._scene(model, kind)
+            rows = self._one(model, kind, declared[kind]) if scene is None else self._scene(model, kind)
             n_base = len(rows[0].src) + (1 if scene is not None and kind == "body" else 0)  # + the world body
             if n_base != declared[kind]:
                 raise BackendError(
@@ -103,8 +103,11 @@ class VariantLayout:
             self._rows[kind] = rows
 
     # -- one world --------------------------------------------------------------------------------
-    def _one(self, model: mujoco.MjModel, kind: str) -> list[_Rows]:
-        n_base = _count(model, kind) - replay_elements(model, kind)  # Warp's replay body and cameras: no world's
+    def _one(self, model: mujoco.MjModel, kind: str, declared: int) -> list[_Rows]:
+        # Warp's replay body and cameras come last and are no world's. A recorded model may end in
+        # elements that look like them (`scene.replay_elements`): the archive's count decides.
+        n = _count(model, kind)
+        n_base = declared if n in (declared, declared + replay_elements(model, kind)) else n - replay_elements(model, kind)
         return [_Rows(np.arange(n_base), np.arange(n_base))]
 
     # -- a scene of copies ------------------------------------------------------------------------------
@@ -218,15 +221,18 @@ class VariantSpans:
     names the span of every world at once, so a caller sets new values only where it changes.
     archive: the open Archive; worlds: the original IDs in the rendered model's order (one, or a
     scene's); renderer: a CpuRenderer or WarpRenderer (its `model`, `variant_defaults` and
-    `variant_layouts`); scene: the unit's ScenePlan or None.
+    `variant_layouts`); scene: the unit's ScenePlan or None; frames: the frames the unit draws
+    (only the events deciding them are read, `Archive.variant_window`).
     """
 
-    def __init__(self, archive: Any, worlds: Sequence[int], renderer: Any, scene: Any = None):
+    def __init__(self, archive: Any, worlds: Sequence[int], renderer: Any, scene: Any = None, *,
+                 frames: Sequence[int]):
         shapes = {name: tuple(spec.shape) for name, spec in archive.manifest.variants.items()}
         self.archive, self.worlds = archive, [int(w) for w in worlds]
         self.layout = layout_for(renderer, shapes, scene)
         self.own = renderer.variant_defaults
-        self.changes = [archive.variant_changes(w) for w in self.worlds]
+        self.window = archive.variant_window(self.worlds, np.asarray(frames, np.int64))
+        self.changes = [self.window.changes(w) for w in self.worlds]
         self._read: collections.OrderedDict[tuple[int, int], dict[str, np.ndarray]] = collections.OrderedDict()
         self._placed: collections.OrderedDict[tuple[int, ...], dict[str, np.ndarray]] = collections.OrderedDict()
 
@@ -250,7 +256,7 @@ class VariantSpans:
         """World k's values in its span `span` (which holds `frame`), read once."""
         hit = self._read.get((k, span))
         if hit is None:
-            hit = self._read[k, span] = self.archive.variant(self.worlds[k], int(frame))
+            hit = self._read[k, span] = self.window.values(self.worlds[k], int(frame))
             if len(self._read) > _SPANS_PER_WORLD * len(self.worlds):
                 self._read.popitem(last=False)
         else:
