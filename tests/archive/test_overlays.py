@@ -54,6 +54,9 @@ def test_overlays_read_back_per_frame_and_world(tmp_path):
             with pytest.raises(SelectionError, match="no overlay 'targets'; this archive has"):
                 read("targets")  # named, not a KeyError
         assert sel.overlay_counts("target")[:, 0].tolist() == [0, 1, 2, 3, 0, 1]
+        for take in (np.zeros((6, 1), int), np.zeros((6, 3), int), np.zeros((5, 2), int)):
+            with pytest.raises(SelectionError, match="the selection's shape"):
+                sel.overlay_rows("target", take)
         # Replay and viewer plumbing, not the documented API; the unchecked stored arrays are private.
         assert not hasattr(sel, "overlay_array")
         assert not {"overlay_counts", "overlay_rows", "variant_window", "VariantWindow"} & set(mjarchive.__all__)

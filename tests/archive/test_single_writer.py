@@ -252,6 +252,10 @@ def test_s3_expired_garbage_and_forced_leases(s3_server, s3_url):
     put_lease(s3_server, s3_url, expires=time.time() + 3600)
     with pytest.raises(WriterLockedError, match="'other-host', pid 4242.*expires in"):
         mjarchive.open(s3_url, mode="a", storage_options=so)
+    for far in (1e12, 1e308):  # past year 9999: still a held lease, named, not a date error
+        put_lease(s3_server, s3_url, expires=far)
+        with pytest.raises(WriterLockedError, match="'other-host', pid 4242.*take_over=True"):
+            mjarchive.open(s3_url, mode="a", storage_options=so)
     put_lease(s3_server, s3_url, expires=time.time() - 1)  # its writer died an hour ago
     mjarchive.open(s3_url, mode="a", storage_options=so).close()
     for raw in (b"", b"\x00garbage", b"[" * 100, b"{" + b" " * (70 * 1024) + b"}"):

@@ -427,7 +427,8 @@ def test_follow_live_extends_the_timeline_as_frames_are_committed_and_never_past
                 k, n = _status(page)
                 seen.add(n)
                 assert k < n <= 14, f"the page shows frame {k} of {n}: past the committed frames"
-                assert n in (6, 10, 14), f"{n} frames were never committed together"
+                # flushes commit 10 and 14; a writer may also commit as a chunk of 4 fills (8, 12)
+                assert n in (6, 8, 10, 12, 14), f"{n} frames were never committed together"
                 if n == 14:
                     break
                 page.wait_for_timeout(100)

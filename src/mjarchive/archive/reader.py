@@ -553,6 +553,10 @@ class Selection:
         one `OverlayRows` per frame: only what is taken is read (one stored chunk of one world at a
         time), kept and checked (`overlays.read_rows`)."""
         frames = self.frame_indices
+        take = np.asarray(take)
+        if take.shape != (len(frames), len(self._worlds)):
+            raise SelectionError(f"overlay {name!r}: take must have the selection's shape "
+                                 f"({len(frames)}, {len(self._worlds)}), got {take.shape}")
         return read_rows(self._overlay_spec(name), name, take, frames, self.archive.manifest.chunk_frames,
                          lambda key, rows, w: self.archive._read(key, frames[rows], self._worlds[w:w + 1]))
 

@@ -31,7 +31,10 @@ def check_ttl(ttl: Any) -> float:
 
 
 def iso_time(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
+    try:  # an `expires` read from a hostile lease document may lie beyond year 9999
+        return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{seconds:g} s after 1970 (beyond what dates can show)"
 
 
 class Holder:
