@@ -205,3 +205,24 @@ def test_bench_mjlab_quick_prints_metrics(tmp_path):
         assert math.isfinite(value) and value > 0, (name, value, proc.stdout[-2000:])
     assert int(metrics["wrapped.frames"]) > 10  # every step of every timed run was recorded
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+def test_bench_parts_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_parts.py --quick: parallel writers of one multi-part archive, open + select
+    and S3 info, each next to its single-part baseline; every archive read back equals its input."""
+    proc, metrics = _run_quick(BENCH.parent / "bench_parts.py", tmp_path, timeout=300)
+    checks = [name for name in metrics if name.startswith("check.")]
+    assert len(checks) >= 4, proc.stdout[-3000:]
+    assert all(metrics[name] == "True" for name in checks), proc.stdout[-3000:]
+    names = ["append[single].worlds_frames_per_s", "append[single].qpos_MBps", "ratio.append.writers1_vs_single",
+             "ratio.append.writers2_vs_single", "open_select_first[parts8].ms",
+             "ratio.open_select_first.parts8_vs_single", "ratio.open_select_warm.parts8_vs_single"]
+    if "s3.skipped" not in metrics:
+        names += ["s3.info[single].ms", "s3.info[parts8].ms", "s3.info[parts8].requests",
+                  "ratio.s3.info.parts8_vs_single"]
+    for name in names:
+        assert name in metrics, f"{name} missing from the output:\n{proc.stdout[-3000:]}"
+        value = float(metrics[name].rstrip("x"))
+        assert math.isfinite(value) and value > 0, (name, value)
+    assert metrics["target.open_select_parts8_le_1.5x_single"] in ("PASS", "FAIL")
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

@@ -94,24 +94,27 @@ def _data(n_frames: int, n_worlds: int, tail: tuple[int, ...], dtype: str, seed:
 
 
 def _write(out: Path, xml: str, world_ids: list[int], n_frames: int, *, close: bool = True,
-           tracks: dict | None = None, **kwargs: Any) -> dict:
-    """Write an archive with the reference writer; returns the expected contents."""
+           tracks: dict | None = None, part: str | None = None, seed: int = 0, first_frame: int = 0,
+           **kwargs: Any) -> dict:
+    """Write an archive (with `part`: that part of a multi-part archive, joining it) with the
+    reference writer; returns the expected contents (of the part). `seed` varies the values and
+    `first_frame` shifts the times, so that parts differ."""
     import mjarchive
 
     bundle = mjarchive.ModelBundle.from_xml(xml)
     model = bundle.compile()
     W, dtype = len(world_ids), kwargs.get("dtype", "float32")
     arrays: dict[str, np.ndarray] = {
-        "time": (np.arange(n_frames, dtype=np.float64) + 1) / 32.0,
-        "qpos": _data(n_frames, W, (model.nq,), dtype, 1),
+        "time": (np.arange(n_frames, dtype=np.float64) + 1 + first_frame) / 32.0,
+        "qpos": _data(n_frames, W, (model.nq,), dtype, 1 + seed),
         "reset": np.zeros((n_frames, W), bool),
     }
     if n_frames:
         arrays["reset"][0] = True
         arrays["reset"][n_frames // 2, 0] = True
     if model.nmocap:
-        arrays["mocap_pos"] = _data(n_frames, W, (model.nmocap, 3), dtype, 2)
-        arrays["mocap_quat"] = _data(n_frames, W, (model.nmocap, 4), dtype, 3)
+        arrays["mocap_pos"] = _data(n_frames, W, (model.nmocap, 3), dtype, 2 + seed)
+        arrays["mocap_quat"] = _data(n_frames, W, (model.nmocap, 4), dtype, 3 + seed)
     for i, (name, (shape, tdtype)) in enumerate((tracks or {}).items()):
         if tdtype == "bool":
             arrays[name] = (np.arange(n_frames * W * int(np.prod(shape))) % 3 == 0).reshape(n_frames, W, *shape)
@@ -120,7 +123,9 @@ def _write(out: Path, xml: str, world_ids: list[int], n_frames: int, *, close: b
             values = [int(info.min), int(info.max)] + [i - 3 if info.min else i for i in range(max(0, n - 2))]
             arrays[name] = np.array(values[:n], dtype=tdtype).reshape(n_frames, W, *shape)
         else:
-            arrays[name] = _data(n_frames, W, shape, tdtype, 10 + i)
+            arrays[name] = _data(n_frames, W, shape, tdtype, 10 + i + seed)
+    if part is not None:
+        kwargs["part"] = part
     writer = mjarchive.create(out, bundle, world_ids=world_ids, output_fps=32.0, tracks=tracks, **kwargs)
     for f in range(n_frames):
         extra = {k: v[f] for k, v in arrays.items() if k not in ("time", "qpos")}
@@ -130,19 +135,22 @@ def _write(out: Path, xml: str, world_ids: list[int], n_frames: int, *, close: b
     else:
         writer.flush()  # the writer stays open, as if it crashed: status "live"
     _patch(out, lambda a: a.update(PINNED))
+    if part is not None:
+        _patch(out, lambda a: a.update(PINNED), node=f"parts/{part}")
     return {"n_frames": n_frames, "world_ids": list(world_ids), "status": "finalized" if close else "live",
             "arrays": arrays}
 
 
-def _root_doc(out: Path) -> dict:
-    return json.loads((out / "zarr.json").read_text())
+def _root_doc(out: Path, node: str = "") -> dict:
+    return json.loads((out / node / "zarr.json").read_text())
 
 
-def _patch(out: Path, change: Callable[[dict], Any], *, allow_nan: bool = False) -> None:
-    """Apply `change` to the root attribute `mjarchive` in place (the writer's own formatting)."""
-    doc = _root_doc(out)
+def _patch(out: Path, change: Callable[[dict], Any], *, allow_nan: bool = False, node: str = "") -> None:
+    """Apply `change` to the root attribute `mjarchive` in place (the writer's own formatting); with
+    `node`, to the attribute of that node (a part's document, `parts/<name>`)."""
+    doc = _root_doc(out, node)
     change(doc["attributes"]["mjarchive"])
-    (out / "zarr.json").write_text(json.dumps(doc, indent=2, allow_nan=allow_nan))
+    (out / node / "zarr.json").write_text(json.dumps(doc, indent=2, allow_nan=allow_nan))
 
 
 def _set(**changes: Any) -> Callable[[dict], None]:
@@ -173,6 +181,8 @@ def _base(kind: str, scratch: Path) -> Path:
             _write_variants(out)
         elif kind == "overlays":
             _write_overlays(out)
+        elif kind == "parts":
+            _parted(out, PARTS_BASE)
         _BASES[kind] = out
     return _BASES[kind]
 
@@ -795,13 +805,16 @@ VARIANTS = """<mujoco model="variants"><option timestep="0.0078125"/><worldbody>
 </worldbody></mujoco>"""
 
 
-def _write_variants(out: Path) -> dict:
+def _write_variants(out: Path, world_ids: tuple[int, int] = (4, 9), part: str | None = None) -> dict:
     """2 worlds × 5 frames: geom_rgba set for both at frame 0, world 1 changes at frame 3 (its
-    reset); geom_size of world 0 at frame 2. Exact dyadic values."""
+    reset); geom_size of world 0 at frame 2. Exact dyadic values. With `part`, that part of a
+    multi-part archive."""
     import mjarchive
 
-    writer = mjarchive.create(out, mjarchive.ModelBundle.from_xml(VARIANTS), world_ids=[4, 9], output_fps=32.0,
-                              chunk_frames=2, variant_fields=("geom_rgba", "geom_size"))
+    w0, w1 = world_ids
+    writer = mjarchive.create(out, mjarchive.ModelBundle.from_xml(VARIANTS), world_ids=list(world_ids),
+                              output_fps=32.0, chunk_frames=2, variant_fields=("geom_rgba", "geom_size"),
+                              **({"part": part} if part else {}))
     rgba = np.array([[[1, 0, 0, 1], [0, 0.5, 0, 1]], [[0, 0, 1, 1], [0.25, 0.25, 0.25, 1]],
                      [[0.75, 0.125, 0, 1], [0, 0, 0, 0.5]]], np.float32)
     size = np.array([[0.0625, 0, 0], [0.125, 0.0625, 0.03125]])
@@ -809,19 +822,21 @@ def _write_variants(out: Path) -> dict:
     qpos = _data(5, 2, (1,), "float32", 1)
     reset = np.zeros((5, 2), bool)
     reset[0] = reset[3, 1] = True
-    writer.set_variant([4, 9], frame=0, geom_rgba=rgba[:2])
-    writer.set_variant(4, frame=2, geom_size=size)
-    writer.set_variant(9, frame=3, geom_rgba=rgba[2])
+    writer.set_variant([w0, w1], frame=0, geom_rgba=rgba[:2])
+    writer.set_variant(w0, frame=2, geom_size=size)
+    writer.set_variant(w1, frame=3, geom_rgba=rgba[2])
     for f in range(5):
         writer.append((f + 1) / 32.0, qpos[f], reset=reset[f])
     writer.close()
     _patch(out, lambda a: a.update(PINNED))
+    if part:
+        _patch(out, lambda a: a.update(PINNED), node=f"parts/{part}")
     arrays = {"time": (np.arange(5) + 1) / 32.0, "qpos": qpos, "reset": reset}
     for field, (frames, worlds, values) in events.items():
         arrays |= {f"variants/{field}/frame": np.array(frames, np.int64),
                    f"variants/{field}/world": np.array(worlds, np.int32),
                    f"variants/{field}/value": values.astype("float32" if field == "geom_rgba" else "float64")}
-    return {"n_frames": 5, "world_ids": [4, 9], "status": "finalized", "arrays": arrays}
+    return {"n_frames": 5, "world_ids": list(world_ids), "status": "finalized", "arrays": arrays}
 
 
 def _write_overlays(out: Path) -> dict:
@@ -1116,8 +1131,282 @@ def _(out):
                                      "attributes": {"mjarchive_commit": {"n_frames": 3, "n_events": {}}}}).encode())
 
 
+# -- format 1.2: multi-part archives ----------------------------------------------------------------------
+def _parted(out: Path, parts: dict[str, dict]) -> dict:
+    """A multi-part archive written by one reference writer per part, joining in the order given
+    (each joins the same location, as concurrent writers do); returns the expected contents: the
+    archive's counts and worlds, and every joined part's own contents, by name."""
+    expected = {}
+    for i, (name, spec) in enumerate(parts.items()):
+        spec = dict(spec)
+        expected[name] = _write(out, spec.pop("xml", HINGE), spec.pop("world_ids"), spec.pop("n_frames"), part=name,
+                                seed=100 * i, **spec)
+    joined = {name: expected[name] for name in sorted(expected) if expected[name]["n_frames"] > 0}
+    return {"n_frames": min((e["n_frames"] for e in joined.values()), default=0),
+            "world_ids": [w for e in joined.values() for w in e["world_ids"]],
+            "status": "finalized" if all(e["status"] == "finalized" for e in joined.values()) else "live",
+            "parts": joined}
+
+
+#: The base of the invalid multi-part cases: two finalized parts of the hinge model.
+PARTS_BASE = {"a": {"world_ids": [0, 1], "n_frames": 3, "chunk_frames": 2},
+              "b": {"world_ids": [2], "n_frames": 2, "chunk_frames": 2}}
+
+
+def _assembled(out: Path, parts: dict[str, dict]) -> None:
+    """A multi-part archive whose parts were each written alone (into a location of their own) and
+    then put side by side: what writers that skipped the join checks, or a person copying folders,
+    make. The root (and bundle) is the first part's."""
+    scratch = out.parent / ".scratch" / f"assembled-{out.name}"
+    for name, spec in parts.items():
+        spec = dict(spec)
+        _write(scratch / name, spec.pop("xml", HINGE), spec.pop("world_ids"), spec.pop("n_frames"), part=name, **spec)
+        if not out.exists():
+            shutil.copytree(scratch / name, out, ignore=shutil.ignore_patterns("_writer"))
+        else:
+            shutil.copytree(scratch / name / "parts" / name, out / "parts" / name,
+                            ignore=shutil.ignore_patterns("_writer"))
+
+
+def _parts_copy(out: Path) -> None:
+    shutil.copytree(_base("parts", out.parent / ".scratch"), out)
+
+
+def _rename_part(out: Path, old: str, new: str) -> None:
+    (out / "parts" / old).rename(out / "parts" / new)
+
+
+@case("valid-parts-two", expect="valid", rule="parts",
+      note="part b (world 7, joined first, live: its writer stays open) has 3 frames at other times than part a "
+           "(worlds 0 and 1, finalized, 5 frames): the archive has n_frames 3, worlds [0, 1, 7] in part-name order")
+def _(out):
+    return _parted(out, {"b": {"world_ids": [7], "n_frames": 3, "close": False, "chunk_frames": 2, "first_frame": 4,
+                               "tracks": {"reward": ((), "float32")}},
+                         "a": {"world_ids": [0, 1], "n_frames": 5, "chunk_frames": 2,
+                               "tracks": {"reward": ((), "float32")}}})
+
+
+@case("valid-parts-variants", expect="valid", rule="parts",
+      note="two parts with the same variant fields; each part's events give world positions within the part")
+def _(out):
+    parts = {"b": _write_variants(out, (5, 10), part="b"), "a": _write_variants(out, (4, 9), part="a")}
+    return {"n_frames": 5, "world_ids": [4, 9, 5, 10], "status": "finalized", "parts": dict(sorted(parts.items()))}
+
+
+@case("parts-variant-declarations-disagree", rule="parts", match="parts 'a' and 'b'.*variant",
+      note="part a declares variant fields, part b none; each part alone is valid")
+def _(out):
+    _assembled(out, {"b": {**PARTS_BASE["b"], "xml": VARIANTS}})
+    scratch = out.parent / ".scratch" / f"assembled-{out.name}-a"
+    _write_variants(scratch, (0, 1), part="a")
+    shutil.copytree(scratch / "parts" / "a", out / "parts" / "a", ignore=shutil.ignore_patterns("_writer"))
+
+
+@case("valid-parts-one", expect="valid", rule="parts", note="a multi-part archive with a single part")
+def _(out):
+    return _parted(out, {"rank0": {"world_ids": [3], "n_frames": 2}})
+
+
+@case("valid-parts-pending", expect="valid", rule="parts",
+      note="part b has a document with n_frames 0 (its writer has not committed), part c only a writer's temporary "
+           "file, part d a group document without attributes (its writer is creating it): all three are pending "
+           "and not in the archive. A writer's temporary object directly in parts/ is ignored")
+def _(out):
+    expected = _parted(out, {"a": {"world_ids": [0], "n_frames": 2}, "b": {"world_ids": [1], "n_frames": 0,
+                                                                            "close": False}})
+    (out / "parts" / "c").mkdir()
+    (out / "parts" / "c" / f"zarr.json.{'0' * 32}.partial").write_bytes(b'{"zarr_format":3,')
+    (out / "parts" / "d").mkdir()
+    (out / "parts" / "d" / "zarr.json").write_bytes(b'{"zarr_format":3,"node_type":"group","attributes":{}}')
+    (out / "parts" / f"zarr.json.{'1' * 32}.partial").write_bytes(b"\xff not a document")
+    return expected
+
+
+@case("valid-parts-plain-objects-ignored", expect="valid", rule="listing-parts",
+      note="plain files directly in parts/ (a note, a file manager's .DS_Store, a file named like a part) are "
+           "ignored: only child folders are parts")
+def _(out):
+    expected = _parted(out, {"a": {"world_ids": [0], "n_frames": 2}})
+    (out / "parts" / "NOTES.txt").write_bytes(b"plain objects in parts/ are never read\n")
+    (out / "parts" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (out / "parts" / "e").write_bytes(b"not a folder")
+    return expected
+
+
+@case("parts-pending-document-invalid", rule="parts", match="world_ids",
+      note="part c has committed nothing, but its document holds mjarchive attributes without world_ids: "
+           "a document that is there must be valid, pending or not")
+def _(out):
+    _parts_copy(out)
+    shutil.copytree(out / "parts" / "b", out / "parts" / "c")
+    _patch(out, lambda a: (a.pop("world_ids"), a.update(n_frames=0, status="live")), node="parts/c")
+    shutil.rmtree(out / "parts" / "c" / "_commit", ignore_errors=True)
+
+
+@case("valid-single-archive-with-parts-folder", expect="valid", rule="parts",
+      note="a single archive (no \"parts\" feature) is never listed: a parts/ folder in it is one of the other keys")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2)
+    (out / "parts" / "Not A Part!").mkdir(parents=True)
+    (out / "parts" / "Not A Part!" / "zarr.json").write_bytes(b"garbage")
+    return expected
+
+
+@case("parts-name-uppercase", rule="parts", match="Rank1.*part name",
+      note="part names are lowercase: Rank1 and rank1 would be one folder on a case-insensitive file system")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "Rank1")
+
+
+@case("parts-name-dot", rule="parts", match=r"b\.old.*part name",
+      note="a copy someone kept next to the part: not a part name")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "b.old")
+
+
+@case("parts-name-leading-hyphen", rule="parts", match="'-b'.*part name",
+      note="a name starting with '-' reads as an option")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "-b")
+
+
+@case("parts-name-too-long", rule="parts", match="b{65}.*part name", note="65 characters; part names have at most 64")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "b" * 65)
+
+
+@case("parts-name-dots", rule="parts", match=r"'\.\.\.'.*part name", runtime=True,
+      note="'...' is a valid folder name on POSIX file systems (not on Windows): runtime")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "...")
+
+
+@case("parts-name-fullwidth-digit", rule="parts", match="rank.*part name", runtime=True,
+      note="'rank\\uff11' becomes 'rank1' under Unicode normalization (NFKC): runtime, a non-ASCII file name")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "a", "rank1")
+    _rename_part(out, "b", "rank\uff11")
+
+
+@case("parts-name-trailing-newline", rule="parts", match=r"b\\n.*part name", runtime=True,
+      note="a name that matches the pattern but for a final line feed: runtime, a control character in a file name")
+def _(out):
+    _parts_copy(out)
+    _rename_part(out, "b", "b\n")
+
+
+@case("parts-symbolic-link", rule="parts", match="parts/b .*link", runtime=True,
+      note="parts/b is a symbolic link to a part folder elsewhere: refused, never followed")
+def _(out):
+    _parts_copy(out)
+    (out / "parts" / "b").rename(out.parent / f"{out.name}-elsewhere")
+    (out / "parts" / "b").symlink_to(out.parent / f"{out.name}-elsewhere", target_is_directory=True)
+
+
+@case("parts-fifo", rule="parts", match="parts/c .*FIFO", runtime=True,
+      note="a FIFO named like a part in parts/: opening it would block")
+def _(out):
+    import os
+
+    _parts_copy(out)
+    os.mkfifo(out / "parts" / "c")
+
+
+@case("parts-too-many", rule="parts", match="more than 4096 parts", runtime=True,
+      note="4097 part folders (empty: the listing alone refuses them, before any part's document is read)")
+def _(out):
+    _parts_copy(out)
+    for i in range(4097 - 2):
+        (out / "parts" / f"p{i:04d}").mkdir()
+
+
+@case("parts-world-id-in-two-parts", rule="parts", match="world 1 .*part 'a'.*part 'b'",
+      note="world 1 is claimed by parts a and b: refused at open, both parts named")
+def _(out):
+    _assembled(out, {"a": {"world_ids": [0, 1], "n_frames": 3, "chunk_frames": 2},
+                     "b": {"world_ids": [1], "n_frames": 2, "chunk_frames": 2}})
+
+
+@case("parts-model-differs-from-root", rule="parts", match="part 'b'.*created by part 'a'.*model",
+      note="part b names another bundle than the root's (hash changed in its document only)")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(model__sha256="0" * 64), node="parts/b")
+
+
+@case("parts-timestep-differs-from-root", rule="parts", match="part 'b'.*created by part 'a'.*timestep",
+      note="part b: timestep 2**-8, the root 2**-7")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(timestep=0.00390625), node="parts/b")
+
+
+@case("parts-tracks-disagree", rule="parts", match="parts 'a' and 'b'.*tracks",
+      note="part a records the track reward, part b no track; each part alone is valid")
+def _(out):
+    _assembled(out, {"a": {**PARTS_BASE["a"], "tracks": {"reward": ((), "float32")}}, "b": PARTS_BASE["b"]})
+
+
+@case("parts-storage-dtype-disagree", rule="parts", match="parts 'a' and 'b'.*dtype",
+      note="part a stores float32, part b float64; each part alone is valid")
+def _(out):
+    _assembled(out, {"a": PARTS_BASE["a"], "b": {**PARTS_BASE["b"], "dtype": "float64"}})
+
+
+@case("parts-part-lists-parts", rule="parts", match="part 'b'.*nest",
+      note="a part's document requires the feature \"parts\": a part is never itself split")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(required_features=["parts"], format_version="1.2"), node="parts/b")
+
+
+@case("parts-part-format-1.1", rule="parts", match="part 'b'.*format 1.1; parts are format 1.2",
+      note="a part is a format 1.2 concept: a part document of an earlier version is refused")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(format_version="1.1"), node="parts/b")
+
+
+@case("parts-part-document-not-a-group", rule="parts", match="part 'b'.*not a Zarr v3 group document",
+      note="where a part's group document belongs there is an array document: an error, not a pending part")
+def _(out):
+    _parts_copy(out)
+    path = out / "parts" / "b" / "zarr.json"
+    doc = json.loads(path.read_text())
+    doc["node_type"] = "array"
+    path.write_text(json.dumps(doc))
+
+
+@case("parts-root-without-created-by", rule="parts", match="created_by", schema="invalid")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(parts={}))
+
+
+@case("parts-root-with-world-ids", rule="parts", match="world_ids", schema="invalid",
+      note="world IDs are per part: a parts root that carries them says two things about one archive")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(world_ids=[0, 1, 2]))
+
+
+@case("parts-root-format-1.1", rule="parts", match="1\\.2", schema="valid",
+      note="the feature \"parts\" is 1.2's: a root that lists it with format_version 1.1 is refused")
+def _(out):
+    _parts_copy(out)
+    _patch(out, _set(format_version="1.1"))
+
+
 # -- writing and comparing -------------------------------------------------------------------------------
 def _to_json(expected: dict) -> dict:
+    if "parts" in expected:
+        return {**expected, "parts": {name: _to_json(part) for name, part in expected["parts"].items()}}
     arrays = {name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": _json_values(a)}
               for name, a in expected["arrays"].items()}
     return {**{k: v for k, v in expected.items() if k != "arrays"}, "arrays": arrays}
@@ -1149,7 +1438,9 @@ def write_cases(directory: Path, *, runtime: bool = False) -> dict[str, dict]:
                 shutil.rmtree(out)
             expected = _WRITERS[name](out)
             if not name.startswith("valid-writer-lease"):  # the lease (1.2) names a host and pid: pinned there only
-                shutil.rmtree(out / "_writer", ignore_errors=True)
+                for lease in [out / "_writer", *(out / "parts").glob("*/_writer")]:
+                    if lease.is_dir() and not lease.is_symlink():
+                        shutil.rmtree(lease)
             index[name] = dict(entry)
             if entry["expect"] == "valid":
                 index[name]["expected"] = _to_json(expected)

@@ -10,8 +10,12 @@ every array, the model bundle with its safety checks, and the compiled model's l
 returns {"n_frames": int, "world_ids": [int], "status": str, "arrays": {name: array-like}}, where
 `arrays` holds the committed frames of `time`, `qpos`, `reset`, `mocap_pos`/`mocap_quat` (when
 nmocap > 0) and every track, and (format 1.1) by store key every overlay array's committed frames
-and the first `n_events` rows of every variant event array. It refuses an invalid archive by raising an exception. A valid case
-passes when every expected array is returned with the same dtype, shape and bits; an invalid case
+and the first `n_events` rows of every variant event array. For a multi-part archive (format 1.2)
+it returns {"n_frames": int, "world_ids": [int], "status": str, "parts": {name: dict}}: the
+archive's own counts and worlds, and for every joined part, by name, that part read fully as above
+(its own n_frames, world_ids, status and arrays). It refuses an invalid archive by raising an
+exception. A valid case passes when every expected value (and every expected part's) is returned,
+every expected array with the same dtype, shape and bits; an invalid case
 passes when the reader raises. With `--error-classes`, the exception's class (or a base class)
 must also be named like the case's `error`; with `--messages`, its message must match `match`.
 Exit status 0 when every case passes. One line per case: `name: PASS|FAIL detail`.
@@ -44,20 +48,28 @@ def mjarchive_reader(path: str) -> dict[str, Any]:
         report = archive.verify()  # missing chunks, hashes, layout against the compiled model
         if not report.ok:
             raise FormatError(str(report))
-        sel = archive.select()
-        arrays = {"time": archive.time[:], "qpos": sel.qpos, "reset": sel.reset}
-        if archive.nmocap:
-            arrays |= {"mocap_pos": sel.mocap_pos, "mocap_quat": sel.mocap_quat}
-        arrays |= {name: sel.track(name) for name in archive.tracks}
-        for name in archive.overlays:  # format 1.1
-            frames = sel.overlay(name)
-            arrays |= {f"overlays/{name}/count": frames.count, f"overlays/{name}/data": frames.data}
-            if frames.text_bytes is not None:
-                arrays[f"overlays/{name}/text"] = frames.text_bytes
-        for field in archive.variant_fields:
-            arrays |= {f"variants/{field}/{k}": v for k, v in archive.variant_events(field).items()}
-        return {"n_frames": archive.n_frames, "world_ids": list(archive.world_ids), "status": archive.status,
-                "arrays": arrays}
+        if archive.parts:  # format 1.2, multi-part: every joined part read as an archive of its own
+            return {"n_frames": archive.n_frames, "world_ids": list(archive.world_ids), "status": archive.status,
+                    "parts": {name: _read_all(archive.part(name)) for name in archive.parts}}
+        return _read_all(archive)
+
+
+def _read_all(archive: Any) -> dict[str, Any]:
+    """The committed contents of an open (single or part) archive, by the protocol above."""
+    sel = archive.select()
+    arrays = {"time": archive.time[:], "qpos": sel.qpos, "reset": sel.reset}
+    if archive.nmocap:
+        arrays |= {"mocap_pos": sel.mocap_pos, "mocap_quat": sel.mocap_quat}
+    arrays |= {name: sel.track(name) for name in archive.tracks}
+    for name in archive.overlays:  # format 1.1
+        frames = sel.overlay(name)
+        arrays |= {f"overlays/{name}/count": frames.count, f"overlays/{name}/data": frames.data}
+        if frames.text_bytes is not None:
+            arrays[f"overlays/{name}/text"] = frames.text_bytes
+    for field in archive.variant_fields:
+        arrays |= {f"variants/{field}/{k}": v for k, v in archive.variant_events(field).items()}
+    return {"n_frames": archive.n_frames, "world_ids": list(archive.world_ids), "status": archive.status,
+            "arrays": arrays}
 
 
 def load_reader(spec: str) -> Callable[[str], dict]:
@@ -74,6 +86,15 @@ def check_valid(result: dict, expected: dict) -> str | None:
     for key in ("n_frames", "world_ids", "status"):
         if result.get(key) != expected[key]:
             return f"{key}: got {result.get(key)!r}, expected {expected[key]!r}"
+    if "parts" in expected:  # a multi-part archive: each joined part as an archive of its own
+        parts = result.get("parts") or {}
+        if list(parts) != list(expected["parts"]):
+            return f"parts: got {list(parts)}, expected {list(expected['parts'])}"
+        for name, want in expected["parts"].items():
+            problem = check_valid(parts[name], want)
+            if problem:
+                return f"part {name}: {problem}"
+        return None
     arrays = result.get("arrays", {})
     if set(arrays) != set(expected["arrays"]):
         return f"arrays: got {sorted(arrays)}, expected {sorted(expected['arrays'])}"

@@ -69,6 +69,7 @@ _route_mujoco_warnings()
 _LAZY = {
     "ArchiveWriter": ".archive.writer",
     "create": ".archive.writer",
+    "compact": ".archive.compact",
     "Camera": ".replay.views.camera",
     "Recorder": ".record.recorder",
     "render": ".replay.render",
@@ -121,6 +122,7 @@ __all__ = [
     "UnenforcedWriterWarning",
     "WriterLockedError",
     "close_pool",
+    "compact",
     "create",
     "iter_frames",
     "open",

@@ -31,6 +31,8 @@ SPEC = Path(__file__).resolve().parents[2] / "spec"
 README = (SPEC / "README.md").read_text()
 SCHEMA = json.loads((SPEC / "root-attributes.schema.json").read_text())
 BUNDLE_SCHEMA = json.loads((SPEC / "bundle-attributes.schema.json").read_text())
+PARTS_SCHEMA = json.loads((SPEC / "parts-root-attributes.schema.json").read_text())
+PART_NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 ASSET_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$"
 TRACK_NAME_RE = r"^[a-z][a-z0-9_]{0,63}$"
 LIMIT_CHUNK_BYTES = 256 * 2**20
@@ -115,13 +117,14 @@ def _expected_dtype(key: str, attrs: dict) -> str:
     return cell
 
 
-def check_conforms(root: Path) -> dict:
-    """Check a local archive against the spec from its raw JSON documents; returns root attributes."""
+def check_conforms(root: Path, bundle_root: Path | None = None) -> dict:
+    """Check a local archive against the spec from its raw JSON documents; returns root attributes.
+    A part of a multi-part archive is checked as one, with the bundle of its archive's root."""
     group = json.loads((root / "zarr.json").read_text())
     assert group["zarr_format"] == 3 and group["node_type"] == "group"
     attrs = group["attributes"]["mjarchive"]
     jsonschema.Draft202012Validator(SCHEMA).validate(attrs)
-    bundle_attrs = _zarr_json(root, "model")["attributes"]["mjarchive_bundle"]
+    bundle_attrs = _zarr_json(bundle_root or root, "model")["attributes"]["mjarchive_bundle"]
     jsonschema.Draft202012Validator(BUNDLE_SCHEMA).validate(bundle_attrs)
     assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.2"
     commit = root / "_commit" / "zarr.json"
@@ -195,7 +198,7 @@ def check_conforms(root: Path) -> dict:
     if precision is not None:
         e = precision["abs_error"]
         assert e == 2.0 ** round(math.log2(e)), "abs_error must be a power of two (half the step)"
-    check_bundle(root, attrs)
+    check_bundle(bundle_root or root, attrs)
     return attrs
 
 
@@ -242,7 +245,10 @@ def check_bundle(root: Path, attrs: dict) -> dict[str, bytes]:
 
 
 # -- the spec's own consistency ----------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["root-attributes.schema.json", "bundle-attributes.schema.json"])
+SCHEMA_FILES = ["root-attributes.schema.json", "bundle-attributes.schema.json", "parts-root-attributes.schema.json"]
+
+
+@pytest.mark.parametrize("name", SCHEMA_FILES)
 def test_schema_copy_is_identical_to_package_schema(name):
     packaged = resources.files("mjarchive.archive").joinpath(name).read_bytes()
     assert (SPEC / name).read_bytes() == packaged
@@ -261,7 +267,7 @@ def _patterns(node):
             yield from _patterns(value)
 
 
-@pytest.mark.parametrize("name", ["root-attributes.schema.json", "bundle-attributes.schema.json"])
+@pytest.mark.parametrize("name", SCHEMA_FILES)
 def test_schema_patterns_match_whole_strings(name):
     """`$` must mean end of string for Python's re.search too (it also matches before a final "\n")."""
     schema = json.loads((SPEC / name).read_text())
@@ -301,6 +307,90 @@ def test_spec_tables_match_schema_and_constants():
     assert set(SCHEMA["properties"]["tracks"]["propertyNames"]["not"]["enum"]) == RESERVED_ARRAYS
     bundle_name = BUNDLE_SCHEMA["properties"]["assets"]["items"]["properties"]["name"]["pattern"]
     assert bundle_name == "^(?!.*\\.\\.)" + ASSET_NAME_RE[1:] + r"(?!\n)"
+
+
+# -- multi-part archives (1.2, "Parts") --------------------------------------------------------------
+PER_PART_KEYS = {"world_ids", "storage", "tracks", "variants", "overlays", "status", "n_frames"}
+
+
+def _parts_root_example() -> dict:
+    example = json.loads((SPEC / "example" / "zarr.json").read_text())["attributes"]["mjarchive"]
+    return {**{k: v for k, v in example.items() if k not in PER_PART_KEYS},
+            "required_features": ["parts"], "parts": {"created_by": "rank0"}}
+
+
+def test_parts_schema_shares_the_single_roots_definitions_and_the_spec_table():
+    """Shared keys are defined exactly as for a single archive; the table lists the others."""
+    from mjarchive.archive.parts import MAX_PARTS, PART_NAME_RE as CODE_PART_NAME_RE
+
+    own = {"required_features", "parts"}
+    shared = set(PARTS_SCHEMA["properties"]) - own
+    assert shared == set(SCHEMA["properties"]) - own - PER_PART_KEYS
+    for key in shared:
+        assert PARTS_SCHEMA["properties"][key] == SCHEMA["properties"][key], key
+    assert PARTS_SCHEMA["$defs"] == SCHEMA["$defs"]
+    assert set(PARTS_SCHEMA["required"]) == shared | own
+    table = {row["Key"] for row in _table("### Parts root attributes")}
+    assert table == _schema_paths({"properties": {k: PARTS_SCHEMA["properties"][k] for k in own}})
+    assert all(f"`{key}`" in _section("### Parts root attributes") for key in shared)
+    pattern = PARTS_SCHEMA["properties"]["parts"]["properties"]["created_by"]["pattern"]
+    assert pattern == PART_NAME_RE + r"(?!\n)" and f"`{PART_NAME_RE}`" in README
+    assert "^" + CODE_PART_NAME_RE.pattern + "$" == PART_NAME_RE
+    assert f"at most **{MAX_PARTS}** parts" in README and f"{MAX_PARTS + 1}" in README
+
+
+@pytest.mark.parametrize("change", [
+    {"world_ids": [0]}, {"n_frames": 0}, {"status": "live"}, {"tracks": {}},
+    {"parts": {}}, {"parts": {"created_by": "Rank0"}}, {"parts": {"created_by": "rank0\n"}},
+    {"parts": {"created_by": "rank0", "other": 1}}, {"required_features": ["variants"]}, {"required_features": []},
+])
+def test_parts_schema_refuses_what_a_parts_root_must_not_hold(change):
+    validator = jsonschema.Draft202012Validator(PARTS_SCHEMA)
+    assert not list(validator.iter_errors(_parts_root_example()))
+    assert list(validator.iter_errors({**_parts_root_example(), **change}))
+    assert not list(validator.iter_errors({**_parts_root_example(), "a_later_minor_key": 1}))
+
+
+def test_written_multi_part_archive_conforms(tmp_path):
+    """Two writers of one archive: the root holds what they share, each part is laid out as a single
+    archive (checked by the same independent checker) with the root's bundle."""
+    path = tmp_path / "run.mjarchive"
+    with mjarchive.open(SPEC / "example") as example:  # its model: a mocap body and a mesh asset in the bundle
+        bundle = example.bundle
+    qpos = np.arange(4 * 2 * 2, dtype=np.float64).reshape(4, 2, 2) / 8
+    mocap = {"mocap_pos": np.zeros((2, 1, 3)), "mocap_quat": np.tile([1.0, 0, 0, 0], (2, 1, 1))}
+    first = mjarchive.create(path, bundle, part="rank0", world_ids=[5, 6], chunk_frames=2, output_fps=32.0,
+                             tracks={"reward": ()})
+    second = mjarchive.create(path, bundle, part="rank-1", world_ids=[2], chunk_frames=2, output_fps=32.0,
+                              tracks={"reward": ()})
+    try:
+        for f in range(4):
+            first.append((f + 1) / 32, qpos[f], reward=np.zeros(2, np.float32), **mocap)
+        for f in range(3):
+            second.append((f + 1) / 32, qpos[f, :1], reward=np.ones(1, np.float32),
+                          **{k: v[:1] for k, v in mocap.items()})
+        first.close()
+        second.flush()
+        group = json.loads((path / "zarr.json").read_text())
+        root = group["attributes"]["mjarchive"]
+        jsonschema.Draft202012Validator(PARTS_SCHEMA).validate(root)
+        assert set(root) == set(PARTS_SCHEMA["required"]) and root["parts"] == {"created_by": "rank0"}
+        assert root["required_features"] == ["parts"] and root["format_version"] == "1.2"
+        assert _zarr_json(path, "parts")["node_type"] == "group"
+        parts = {}
+        for name in ("rank0", "rank-1"):
+            assert not (path / "parts" / name / "model").exists(), "parts share the root's bundle"
+            parts[name] = check_conforms(path / "parts" / name, bundle_root=path)
+            assert "parts" not in parts[name].get("required_features", [])
+            for key in ("model", "cameras", "timestep", "output_fps", "playback_speed"):
+                assert parts[name][key] == root[key], key
+        assert (parts["rank0"]["status"], parts["rank0"]["n_frames"]) == ("finalized", 4)
+        assert (parts["rank-1"]["status"], parts["rank-1"]["n_frames"]) == ("live", 3)
+        with mjarchive.open(path) as archive:
+            assert archive.parts == ("rank-1", "rank0")  # ascending names (byte order: '-' < '0')
+            assert archive.world_ids == (2, 5, 6) and archive.n_frames == 3 and archive.status == "live"
+    finally:
+        second.close()
 
 
 # -- archives written by the real writer ------------------------------------------------------------

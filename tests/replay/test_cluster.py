@@ -101,6 +101,34 @@ def test_dask_cluster_renders_s3_archive_like_local(cluster, s3_archive, referen
     assert np.abs(frames[0].astype(int) - frames[-1]).max() > 50
 
 
+def test_dask_renders_a_multi_part_archive_part_by_part_like_one(cluster, s3_server, s3_archive, reference,
+                                                                   humanoid_xml, tmp_path):
+    """The same worlds recorded as two parts (two writers) render to the same pixels; each per-world
+    task names its part, and a worker opens only that part."""
+    bucket = f"mjarchive-parts-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    url, so = f"s3://{bucket}/parts.mjarchive", s3_server.storage_options()
+    q = _qpos(N_FRAMES, len(WORLDS))
+    for j, (wid, name) in enumerate(zip(WORLDS, ("rank1", "rank0"))):
+        with mjarchive.create(url, humanoid_xml, part=name, world_ids=[wid], chunk_frames=CHUNK,
+                              storage_options=so) as w:
+            w.append(0.02 * np.arange(1, N_FRAMES + 1), q[:, j:j + 1])
+    assert mjarchive.open(url, storage_options=so).parts == ("rank0", "rank1")
+    with distributed.Client(cluster.scheduler_address, set_as_default=False) as client:
+        with distributed.get_task_stream(client) as tasks:
+            paths = mjarchive.render(url, tmp_path, cameras=["back"], size=SIZE, quality="fast",
+                                     executor=client.get_executor(), progress=False, storage_options=so)
+    assert len([t for t in tasks.data if "render_unit" in t["key"]]) == len(WORLDS) * N_FRAMES // CHUNK
+    assert sorted(p.name for p in paths) == sorted(reference)  # worlds in storage order: rank0's 8 first
+    for p in paths:
+        np.testing.assert_array_equal(decode_video(p)[0], reference[p.name])
+    unit = RenderUnit(url, so, 8, 0, (0, 1, 2, 3), SIZE, "fast", "cpu", archive_part="rank0")
+    with distributed.Client(cluster.scheduler_address, set_as_default=False) as client:
+        result = client.get_executor(pure=False).submit(render_unit, unit).result(timeout=120)
+    np.testing.assert_array_equal(result.rgb, np.stack([rgb for _, _, rgb in mjarchive.iter_frames(
+        url, worlds=[8], frames=slice(0, 4), camera="back", size=SIZE, quality="fast", storage_options=so)]))
+
+
 def test_dask_worker_pixels_equal_iter_frames_before_encoding(cluster, s3_archive):
     url, so = s3_archive
     expected = np.stack([rgb for _, _, rgb in mjarchive.iter_frames(

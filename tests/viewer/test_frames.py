@@ -728,3 +728,36 @@ def test_overlay_frames_become_scene_primitives_with_the_grid_offsets(tmp_path):
             assert text.labels == ("here", "body", f"f{frame}")
             np.testing.assert_allclose(text.positions, [[-1.5, 0, 0], anchors[0] + offsets[0], anchors[1] + offsets[1]])
         assert window.memory_bytes <= window.max_memory_bytes
+
+
+def test_multi_part_archive_window_follows_its_worlds_parts(tmp_path, humanoid_xml, humanoid_model):
+    """A view of a multi-part archive reaches as far as the parts of the worlds it shows, and a
+    refresh sees new frames of those parts and new parts (format 1.2 parts)."""
+    path = tmp_path / "parts.mjarchive"
+    model, geoms = humanoid_model, list(range(humanoid_model.ngeom))
+
+    def part(name, ids, n, seed):
+        w = mjarchive.create(path, humanoid_xml, part=name, world_ids=ids, chunk_frames=8)
+        w.append(0.01 * np.arange(1, n + 1), random_qpos(model, n, len(ids), seed))
+        w.flush()
+        return w
+
+    wa, wb = part("a", [0, 1], 20, 1), part("b", [5], 6, 2)
+    with mjarchive.open(path) as archive, PoseWindow(archive, model, [5, 0], geoms, window_chunks=1) as both, \
+            PoseWindow(archive, model, [1], geoms, window_chunks=1) as alone:
+        assert (archive.n_frames, both.n_frames, alone.n_frames) == (6, 6, 20)
+        for frame in (5, 0):
+            check_poses(both.poses(frame), expected_poses(archive, model, [5, 0], geoms, frame), frame, archive)
+        with pytest.raises(SelectionError):
+            both.poses(6)
+        wb.append(0.01 * np.arange(7, 17), random_qpos(model, 10, 1, 3))
+        wb.flush()
+        assert both.refresh() == 16 and alone.refresh() == 20
+        got = both.poses(15)
+        for w, (gpos, *_) in enumerate(expected_poses(archive, model, [5, 0], geoms, 15)):
+            np.testing.assert_allclose(got.geom_pos[w], gpos, rtol=0, atol=1e-12)
+        part("c", [9], 3, 4).close()
+        alone.refresh()
+        assert archive.parts == ("a", "b", "c") and archive.n_frames == 3 and alone.n_frames == 20
+    wa.close()
+    wb.close()

@@ -116,14 +116,16 @@ def plan_archive(bundle: ModelBundle, *, world_ids: Any, n_worlds: int | None, t
     return manifest, mj_model
 
 
-def build_archive(location: Any, store: Any, bundle: ModelBundle, manifest: Manifest, *, overwrite: bool) -> zarr.Group:
+def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifest: Manifest, *,
+                  overwrite: bool) -> zarr.Group:
     """Write a new, empty archive for `manifest` into `store` (from `new_store`, its writer lease held):
     the model bundle, every array and the root attributes."""
     world_ids, W = manifest.world_ids, len(manifest.world_ids)
     chunk_frames, shard_worlds, overlay_decls = manifest.chunk_frames, manifest.shard_worlds, manifest.overlays
     # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
     root = create_root(location, store, overwrite=overwrite)
-    bundle.to_zarr(root)
+    if bundle is not None:  # a part of a multi-part archive shares the root's bundle
+        bundle.to_zarr(root)
     # write_empty_chunks: world_ids == [0] equals the fill value and would otherwise not be stored.
     wid = root.create_array("world_id", shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
                             compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,

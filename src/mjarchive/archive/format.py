@@ -30,7 +30,7 @@ LEASE_GROUP = "_writer"
 LEASE_ATTR = "mjarchive_writer"
 MAX_LEASE_BYTES = 64 * 2**10  # checked before a lease document is parsed
 #: Format 1.1 `required_features` this implementation understands (readers refuse any other).
-KNOWN_FEATURES = frozenset({"variants", "overlays"})
+KNOWN_FEATURES = frozenset({"variants", "overlays", "parts"})
 BUNDLE_GROUP = "model"
 
 #: Track names become store keys, so they are validated before any use. Every pattern of the spec
@@ -210,6 +210,12 @@ def parse_json_bytes(data: bytes, what: str) -> Any:
         raise FormatError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     if text.startswith("\ufeff"):
         raise FormatError(f"{what} starts with a byte-order mark; metadata documents are plain UTF-8")
+    value = json.loads(text)
+    # A document that is written back to exactly its own text (compact JSON, as mjarchive writes it)
+    # holds no key twice: a repeated key would be missing from the copy. Others are parsed again,
+    # each object's keys checked (a Python callback per object: ~10x slower).
+    if json.dumps(value, separators=(",", ":")) == text:
+        return value
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._errors import MjArchiveError
 from .reader import Archive
+from . import parted_reader  # noqa: F401  (registers how a multi-part archive is read)
 
 __all__ = ["open"]
 

@@ -24,6 +24,7 @@ from .manifest import commit_record
 from .overlays import Overlay, OverlayFrames, OverlayRows, check_counts, read_rows
 from .variant_window import VariantWindow, variant_window
 from .variants import apply_variant, check_model_shapes, check_values, default_values
+from .parts import is_parts_root
 from .storage.locations import open_root_document
 from .verify import VerifyReport, verify_archive
 
@@ -38,24 +39,34 @@ class Archive:
     Every property reflects the committed state as of opening or the last `refresh()`.
     """
 
+    _bundle_owner: Any = None  # a part of a multi-part archive reads the archive's shared bundle
+    _check_arrays_at_open = True  # a part's arrays are checked when first read (opening 64 parts stays cheap)
+    _parted: type = None  # parted_reader.PartedArchive, registered by that module (it imports this one)
+    _reopen: Any = None  # what a part's refresh() reads again (its folder's store), not `location`
+
     def __init__(self, location: Any, *, storage_options: dict | None = None):
         self.location = location
         self._storage_options = storage_options
         self._closed = False
-        self._load()
+        found = open_root_document(location, storage_options=storage_options)
+        if type(self) is Archive and is_parts_root(found[2].get("attributes")):
+            self.__class__ = Archive._parted  # many writers, one archive: read as one (parted_reader.py)
+        self._load(found)
 
-    def _load(self) -> None:
+    def _load(self, found: tuple | None = None) -> None:
         # One read and one parse of the root document (and, while live, of the commit document),
         # then of each array's document, checked against them (checks remembered by content).
-        store, raw, doc = open_root_document(self.location, storage_options=self._storage_options)
+        store, raw, doc = found or open_root_document(self._reopen or self.location,
+                                                      storage_options=self._storage_options)
         (manifest, n_frames, status, n_events), self._commit_source = commit_record(parse_root(raw, doc), store)
         self._store, self._root_attrs = store, doc["attributes"]
         self.__dict__.pop("_root", None)
         self.manifest, self._status, self._n_frames, self._n_events = manifest, status, n_frames, n_events
         self._root_raw = raw
         self._arrays = ArrayDocuments(self, [*manifest.per_frame_arrays(), "time"])
-        for name in (*self._arrays, "world_id"):  # a damaged array's metadata is refused at open
-            self._arrays[name]
+        if self._check_arrays_at_open:  # a damaged array's metadata is refused at open
+            for name in (*self._arrays, "world_id"):
+                self._arrays[name]
         events = {}
         for field in manifest.variants:
             found = {key: open_array(store, key) for key in manifest.event_arrays(field)}
@@ -166,7 +177,8 @@ class Archive:
     @functools.cached_property
     def bundle(self) -> ModelBundle:
         """The embedded model bundle, verified against its hashes and the manifest."""
-        bundle = ModelBundle.from_zarr(self._root, BUNDLE_GROUP)
+        owner = self._bundle_owner
+        bundle = owner.bundle if owner is not None else ModelBundle.from_zarr(self._root, BUNDLE_GROUP)
         if bundle.sha256 != self.manifest.model_sha256:
             raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256")
         return bundle
@@ -336,11 +348,55 @@ class Archive:
         return self._n_frames
 
     # -- selection --------------------------------------------------------------------------------------
-    def select(self, worlds: Any = None, frames: Any = None) -> Selection:
+    def select(self, worlds: Any = None, frames: Any = None, *, time: Any = None) -> Selection:
         """A lazy selection. `worlds`: original IDs (int, list, or slice over IDs); `frames`: an
-        int, slice or index array over committed frames. Nothing is read until an attribute is used."""
+        int, slice or index array over committed frames, or `time=(t0, t1)`: the frames recorded at
+        t0 <= time < t1 (simulation seconds). Nothing is read until an attribute is used (a time range
+        reads the archive's `time`)."""
         self._check_open()
+        if time is not None:
+            if frames is not None:
+                raise SelectionError("pass frames= or time=, not both")
+            frames = self._time_frames(time)
         return Selection(self, self._world_positions(worlds), self._frame_index(frames))
+
+    def _time_frames(self, time: Any) -> slice:
+        """The committed frames recorded at t0 <= time < t1 of `time` = (t0, t1) or slice(t0, t1)."""
+        if isinstance(time, slice) and time.step is None:
+            t0, t1 = time.start, time.stop
+        elif isinstance(time, tuple) and len(time) == 2:
+            t0, t1 = time
+        else:
+            raise SelectionError(f"time must be (t0, t1) in seconds (either may be None), got {time!r:.80}")
+        try:
+            lo = -np.inf if t0 is None else float(t0)
+            hi = np.inf if t1 is None else float(t1)
+        except (TypeError, ValueError):
+            raise SelectionError(f"time must be (t0, t1) in seconds (either may be None), got {time!r:.80}") from None
+        if not lo <= hi:
+            raise SelectionError(f"time range {time!r:.80} ends before it starts")
+        times = self.time
+        return slice(int(np.searchsorted(times, lo, "left")), int(np.searchsorted(times, hi, "left")))
+
+    # -- parts (a single archive has none; see parted_reader.PartedArchive) ------------------------------
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Names of a multi-part archive's parts (written by separate writers); () for a single archive."""
+        return ()
+
+    def part(self, name: str) -> Archive:
+        raise SelectionError(f"{self.location!s} is a single archive: it has no part {name!r:.80}")
+
+    def part_of(self, world_id: int) -> str | None:
+        """The part holding `world_id` (None in a single archive)."""
+        self.world_index(world_id)
+        return None
+
+    def frames_of(self, world_ids: Any) -> int:
+        """Committed frames of a world (its part's, in a multi-part archive); of several, those all of
+        them have (the shortest of their parts')."""
+        self._world_positions(world_ids)
+        return self._n_frames
 
     def world_index(self, world_id: int) -> int:
         """Position of an original world ID in the stored world axis."""
@@ -367,8 +423,8 @@ class Archive:
             raise SelectionError(f"worlds must be an int, a list of ints or a slice, got {worlds!r}")
         return np.array([self.world_index(w) for w in ids.tolist()], dtype=np.int64)
 
-    def _frame_index(self, frames: Any) -> slice | np.ndarray:
-        n = self._n_frames
+    def _frame_index(self, frames: Any, n: int | None = None) -> slice | np.ndarray:
+        n = self._n_frames if n is None else n
         if frames is None:
             return slice(0, n)
         if isinstance(frames, slice):

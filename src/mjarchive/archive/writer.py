@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 from .bundle.model_bundle import ModelBundle
-from .._errors import (AppendError, ClosedError, FormatError, FormatVersionError, MjArchiveError, StorageError,
+from .._errors import (AppendError, ArchiveExistsError, ArchiveNotFoundError, ClosedError, FormatError, FormatVersionError, MjArchiveError, StorageError,
                        WriterLockedError)
 from .creation import as_bundle, build_archive, plan_archive, write_root
 from .format import (
@@ -30,7 +30,9 @@ from .overlays import pack_frames
 from .storage.shard_writer import ShardWriter
 from .storage.shard_writer import enabled as enabled_fast_shards
 from .storage.lease import DEFAULT_LEASE_TTL, WriterLease, acquire_lease, check_ttl
-from .storage.locations import new_store, open_root, remove_partial_files
+from .storage.locations import local_path, make_store, new_store, open_root, remove_partial_files
+from .joining import check_joining, join_parts_root, open_parts_root, refuse_replacing_parts
+from .parts import check_part_name, is_parts_root, list_parts, part_prefix
 
 __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WORLDS"]
 
@@ -99,6 +101,7 @@ class ArchiveWriter:
                  n_events: dict[str, int] | None = None, model: mujoco.MjModel | None = None,
                  root_status: str = "live", lease: WriterLease | None = None):
         self.location = location
+        self.part: str | None = None  # the part of a multi-part archive this writer appends to
         self._lease = lease  # held until close(): renewed before each write cycle, checked before each commit
         self.manifest = manifest
         self.check_finite = check_finite
@@ -318,7 +321,8 @@ class ArchiveWriter:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<ArchiveWriter {self.location!s} worlds={len(self.world_ids)} frames={self._n_appended} {state}>"
+        part = "" if self.part is None else f" part={self.part}"
+        return f"<ArchiveWriter {self.location!s}{part} worlds={len(self.world_ids)} frames={self._n_appended} {state}>"
 
     # -- caller-side helpers -----------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -450,7 +454,7 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
            overwrite: bool = False, check_finite: bool = True, backend: str = "unknown",
            storage_options: dict | None = None, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
            variant_fields: Any = (), overlays: dict[str, Any] | None = None,
-           lease_ttl: float = DEFAULT_LEASE_TTL) -> ArchiveWriter:
+           lease_ttl: float = DEFAULT_LEASE_TTL, part: str | None = None) -> ArchiveWriter:
     """Create a new archive and return its writer.
 
     `model` is a ModelBundle, an MJCF path or an MjSpec. `world_ids` are the original IDs of the
@@ -468,53 +472,108 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
     The writer holds the archive's writer lease until `close()` (one writer per archive; see
     `mjarchive.open`); `lease_ttl` is its lifetime in seconds on object storage between renewals.
     `overwrite=True` refuses to replace an archive that another writer holds.
+
+    `part` (format 1.2 "parts"): many writers, one archive. Each process writes its own part, named
+    like "rank3" (lowercase letters, digits, '_', '-'), of the worlds whose global IDs it passes as
+    `world_ids`; the first writer creates the archive and its model bundle, the others join it
+    (same model, timestep and cadence; no world in two parts). Readers see one archive whose worlds
+    are all parts' worlds. Resume a part with `mjarchive.open(location, mode="a", part=...)`;
+    `overwrite=True` replaces that part only.
     """
     ttl = check_ttl(lease_ttl)
+    if part is not None:
+        check_part_name(part)
     bundle = as_bundle(model)
     manifest, mj_model = plan_archive(
         bundle, world_ids=world_ids, n_worlds=n_worlds, timestep=timestep, output_fps=output_fps,
         playback_speed=playback_speed, dtype=dtype, precision=precision, tracks=tracks, chunk_frames=chunk_frames,
         shard_worlds=shard_worlds, backend=backend, variant_fields=variant_fields, overlays=overlays)
-    store = new_store(location, overwrite=overwrite, storage_options=storage_options)  # ArchiveExistsError
+    if part is None:
+        store = new_store(location, overwrite=overwrite, storage_options=storage_options)  # ArchiveExistsError
+        if overwrite:
+            refuse_replacing_parts(location, store)
+    else:
+        path = local_path(location)
+        if path is not None and (path.is_symlink() or path.exists()) and not path.is_dir():
+            raise ArchiveExistsError(f"{_where(location)} is a file, not an archive's folder; choose another location")
+        root_store = make_store(location, read_only=False, storage_options=storage_options)
+        join_parts_root(location, root_store, bundle, manifest, part)
+        check_joining(location, root_store, part, manifest)  # before the lease: a refusal leaves nothing
+        store = root_store.sub(part_prefix(part))
+    where = _where(location, part)
     # The lease first, held through building: a writer that opens the old archive meanwhile is refused,
     # and overwriting keeps the lease's own folder (and its lock) while it deletes everything else.
-    lease = acquire_lease(store, where=_where(location), ttl=ttl, creating=True)
+    lease = acquire_lease(store, where=where, ttl=ttl, creating=True)
     try:
-        root = build_archive(location, store, bundle, manifest, overwrite=overwrite)
-        return ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
-                             max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease)
+        if part is None:
+            if overwrite:  # again, under the lease: parts may have begun since
+                refuse_replacing_parts(location, store)
+            root = build_archive(location, store, bundle, manifest, overwrite=overwrite)
+        else:
+            # (asked of another view of the folder: this store must not learn the old part's frame count)
+            if root_store.sub(part_prefix(part)).read_json_now("zarr.json") is not None and not overwrite:
+                raise ArchiveExistsError(f"{where} exists; append to it with mjarchive.open(location, mode='a', "
+                                         f"part={part!r}), or pass overwrite=True to replace that part")
+            # The lease is ours and the part has no document, or is to be replaced: what is there is ours.
+            root = build_archive(store, store, None, manifest, overwrite=True)
+        writer = ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
+                               max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease)
+        writer.part = part
+        return writer
     except BaseException:
         lease.release()
         raise
 
 
-def _where(location: Any) -> str:
-    return repr(location if isinstance(location, str) else str(location))
+def _where(location: Any, part: str | None = None) -> str:
+    where = repr(location if isinstance(location, str) else str(location))
+    return where if part is None else f"part {part!r} of {where}"
 
 
 def open_writer(location: Any, *, storage_options: dict | None = None, check_finite: bool = True,
                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, take_over: bool = False,
-                lease_ttl: float = DEFAULT_LEASE_TTL) -> ArchiveWriter:
-    """Reopen an archive to append after its last committed frame (used by `open(mode="a")`), once
-    its writer lease is ours (WriterLockedError names the writer holding it)."""
+                lease_ttl: float = DEFAULT_LEASE_TTL, part: str | None = None) -> ArchiveWriter:
+    """Reopen an archive (or, with `part`, one part of a multi-part archive) to append after its last
+    committed frame (used by `open(mode="a")`), once its writer lease is ours (WriterLockedError names
+    the writer holding it)."""
     ttl = check_ttl(lease_ttl)
     if not isinstance(take_over, bool):
         raise MjArchiveError(f"take_over must be True or False, got {take_over!r:.40}")
     root = open_root(location, mode="a", storage_options=storage_options)  # an archive is there
-    lease = acquire_lease(root.store_path.store, where=_where(location), take_over=take_over, ttl=ttl)
+    bundle_root = None
+    if part is not None or is_parts_root(root.attrs.asdict()):
+        if part is None:
+            names = list_parts(root.store_path.store)
+            raise MjArchiveError(f"{_where(location)} is a multi-part archive: pass part= to append to one of its "
+                                 f"parts ({', '.join(map(repr, names[:8]))}{', …' if len(names) > 8 else ''})")
+        open_parts_root(location, root.store_path.store)  # refuses a single archive
+        store = root.store_path.store.sub(part_prefix(check_part_name(part)))
+        if store.read_json_now("zarr.json") is None:
+            raise ArchiveNotFoundError(f"{_where(location)} has no part {part!r}; create it with "
+                                       "mjarchive.create(location, model, part=..., world_ids=...)")
+        bundle_root, root = root, zarr.open_group(store=store, mode="r+", use_consolidated=False, zarr_format=3)
+    lease = acquire_lease(root.store_path.store, where=_where(location, part), take_over=take_over, ttl=ttl)
     try:
-        return _resume(location, storage_options, check_finite, max_pending_bytes, lease)
+        writer = _resume(location, storage_options, check_finite, max_pending_bytes, lease,
+                         part=part, bundle_root=bundle_root)
+        writer.part = part
+        return writer
     except BaseException:
         lease.release()
         raise
 
 
 def _resume(location: Any, storage_options: dict | None, check_finite: bool, max_pending_bytes: int,
-            lease: WriterLease) -> ArchiveWriter:
+            lease: WriterLease, *, part: str | None = None, bundle_root: Any = None) -> ArchiveWriter:
     """The archive as committed once the lease is ours: its last writer may have committed since it was
     first opened, and its temporary files are now stray."""
-    remove_partial_files(location)
-    root = open_root(location, mode="a", storage_options=storage_options)
+    if part is None:
+        remove_partial_files(location)
+        root = open_root(location, mode="a", storage_options=storage_options)
+    else:
+        remove_partial_files(location, part_prefix(part))
+        store = bundle_root.store_path.store.sub(part_prefix(part))
+        root = zarr.open_group(store=store, mode="r+", use_consolidated=False, zarr_format=3)
     manifest, n_frames, _status, n_events = read_commit(root)
     root_status = root.attrs[ROOT_ATTR]["status"]  # a finalized root stays the record until the first commit
     if tuple(int(p) for p in manifest.format_version.split(".")) > tuple(int(p) for p in FORMAT_VERSION.split(".")):
@@ -523,8 +582,13 @@ def _resume(location: Any, storage_options: dict | None, check_finite: bool, max
             f"this archive is format {manifest.format_version}; this mjarchive writes {FORMAT_VERSION} and "
             "cannot append to it without losing metadata; upgrade mjarchive to append"
         )
+    if part is not None:  # still a part the archive's readers accept: its root and the other parts agree
+        root_store = bundle_root.store_path.store
+        parts_root = open_parts_root(location, root_store)
+        parts_root.check_part(part, manifest)
+        check_joining(location, root_store, part, manifest)
     # New frames must not be committed on top of a missing, damaged or swapped model.
-    if ModelBundle.from_zarr(root).sha256 != manifest.model_sha256:
+    if ModelBundle.from_zarr(root if bundle_root is None else bundle_root).sha256 != manifest.model_sha256:
         raise FormatError("the embedded model bundle's hash differs from the manifest's model.sha256; "
                           "refusing to append to a damaged archive (mjarchive verify says more)")
     return ArchiveWriter(root, manifest, n_frames, location=location, check_finite=check_finite,

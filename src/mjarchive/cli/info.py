@@ -22,7 +22,7 @@ INFO_KEYS = (
     "timestep", "dtype", "precision", "chunk_frames", "cameras", "tracks", "required_features", "variants",
     "overlays", "model_sha256",
     "mujoco_version", "model", "created", "producer", "size_bytes", "data_bytes", "raw_bytes",
-    "compression_ratio",
+    "compression_ratio", "parts",
 )
 
 
@@ -56,16 +56,22 @@ def archive_info(archive: Any) -> dict[str, Any]:
     man = archive.manifest
     n, W = archive.n_frames, archive.n_worlds
     time = archive.select(frames=[0, n - 1]).time if n else np.zeros(0)
-    n_episodes = W if n else 0
-    step = max(1, (64 * 2**20) // max(1, W))  # count reset markers in blocks of at most ~64 MiB
-    for start in range(1, n, step):
-        n_episodes += int(archive.select(frames=slice(start, min(n, start + step))).reset.sum())
+    # A multi-part archive: each part's own frames count (a part may have recorded more than the others).
+    readers = [archive.part(name) for name in archive.parts] or [archive]
+    n_episodes, raw = 0, 0
+    for reader in readers:
+        rn, rw = reader.n_frames, reader.n_worlds
+        n_episodes += rw if rn else 0
+        step = max(1, (64 * 2**20) // max(1, rw))  # count reset markers in blocks of at most ~64 MiB
+        for start in range(1, rn, step):
+            n_episodes += int(reader.select(frames=slice(start, min(rn, start + step))).reset.sum())
+        raw += rn * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in reader._arrays.values())
+        raw += rw * 8  # world_id
     size_total, per_node = _store_bytes(archive)
-    raw = n * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in archive._arrays.values())
-    raw += W * 8  # world_id
     data_stored = None
     if size_total is not None:
-        data_stored = sum(v for k, v in per_node.items() if k in archive._arrays or k == "world_id")
+        data_stored = (per_node.get("parts", 0) if archive.parts else
+                       sum(v for k, v in per_node.items() if k in archive._arrays or k == "world_id"))
     model: dict[str, Any] = {"sha256": man.model_sha256}
     try:
         bundle = archive.bundle
@@ -111,6 +117,8 @@ def archive_info(archive: Any) -> dict[str, Any]:
         "data_bytes": data_stored,
         "raw_bytes": raw,
         "compression_ratio": (raw / data_stored) if data_stored else None,
+        "parts": [{"name": name, "n_frames": r.n_frames, "n_worlds": r.n_worlds, "status": r.status,
+                   "world_ids": list(r.world_ids)} for name, r in zip(archive.parts, readers)] or None,
     }
     assert tuple(info) == INFO_KEYS
     return info
@@ -166,6 +174,9 @@ def format_info(info: dict[str, Any]) -> str:
         ("archive", f"{info['location']} ({info['status']})"),
         ("format", info["format_version"]),
         ("worlds", f"{info['n_worlds']} (IDs {_short_ids(info['world_ids'])})"),
+        *([("parts", f"{len(info['parts'])}: " + "; ".join(
+            f"{p['name']} {p['n_worlds']} worlds × {p['n_frames']} frames ({p['status']})" for p in info["parts"][:8])
+            + ("; …" if len(info["parts"]) > 8 else ""))] if info["parts"] else []),
         ("frames", f"{info['n_frames']}, simulated time {info['time_start'] or 0:g}..{info['time_end'] or 0:g} s "
                    f"({info['duration_s']:g} s)"),
         ("cadence", f"{cadence}; timestep {info['timestep']:g} s"),

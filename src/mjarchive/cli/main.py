@@ -1,4 +1,4 @@
-"""The `mjarchive` command line: inspect, verify, export, render, preview and view archives; run the demo.
+"""The `mjarchive` command line: inspect, verify, compact, export, render, preview and view archives; run the demo.
 
 Every command is a thin layer over the Python API. Expected failures (an MjArchiveError, bad
 input, a missing file) print one line on stderr and exit non-zero; `--debug` shows the traceback.
@@ -173,6 +173,39 @@ def cmd_view(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- compact --------------------------------------------------------------------------------------------
+def cmd_compact(args: argparse.Namespace) -> int:
+    from ..archive.compact import compact
+
+    frames = args.frames
+    if frames is not None and not (isinstance(frames, slice) and frames.step in (None, 1)):
+        raise SelectionError(f"--frames takes a range START:STOP of consecutive frames (e.g. :500), got {frames!r}")
+    bars = []  # the bar starts with the first block, once the sources are checked
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # tqdm comes with the video extra; compacting works without it
+                tqdm = None
+            bars.append(None if args.no_progress or tqdm is None else
+                        tqdm(total=total, unit="frame", desc="mjarchive compact"))
+        if bars[0] is not None:
+            bars[0].update(done - bars[0].n)
+
+    try:
+        result = compact(args.sources, args.dest, renumber=args.renumber, frames=frames, progress=progress,
+                         overwrite=args.overwrite, storage_options=_storage_options(args))
+    finally:
+        if bars and bars[0] is not None:
+            bars[0].close()
+    if args.renumber:
+        for m in result.worlds:
+            print(f"{m.source}{'' if m.part is None else f' part {m.part}'} world {m.old_id} -> {m.new_id}")
+    print(f"wrote {args.dest}: {result.n_worlds} worlds, {result.n_frames} frames (verified)", file=sys.stderr)
+    return EXIT_OK
+
+
 # -- demo -----------------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
@@ -343,6 +376,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="metres between neighbouring worlds on the grid, as render --layout scene (default 2.0)")
     _add_storage(p)
     p.set_defaults(func=cmd_view)
+
+    p = add("compact", "rewrite a multi-part archive, or several archives of one model (e.g. seeds), into one "
+                       "archive: every world, frame, track, overlay and variant as stored; verified when written",
+            "mjarchive compact seed0.mjarchive seed1.mjarchive seeds.mjarchive --renumber")
+    p.add_argument("sources", nargs="+", metavar="SRC", help="source archive paths or URLs, joined in this order")
+    p.add_argument("dest", metavar="DEST", help="the new archive's path or URL")
+    p.add_argument("--renumber", action="store_true",
+                   help="number the worlds 0..N-1 in output order and print where each came from "
+                        "(needed when sources share world IDs, as seeds do)")
+    p.add_argument("--frames", type=_arg_type(parse_range), metavar="RANGE",
+                   help="START:STOP, the same frames of every source (needed when their frame counts differ, "
+                        "e.g. :500); default all, which must be equal")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing archive at DEST")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_storage(p)
+    p.set_defaults(func=cmd_compact)
 
     p = add("export-model", "write the bundled model (model.xml and its assets) to a directory",
             "mjarchive export-model run.mjarchive model/ && python -m mujoco.viewer --mjcf=model/model.xml")

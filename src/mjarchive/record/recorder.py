@@ -74,6 +74,11 @@ class Recorder:
     reset, before the `record(d, reset=...)` call whose state comes from it (and queued on the same
     stream on CUDA); changes made outside resets are not seen: record those with `set_variant`.
 
+    Many processes, one archive: with `part="rank3"` (passed on to `mjarchive.create`) each process
+    records its own part of one multi-part archive; `world_ids` are the IDs its recorded worlds are
+    stored under (one per recorded world, in the order of `worlds`; default: the batch indices), e.g.
+    `world_ids=rank * n_local + np.arange(n_local)` so that no two parts share a world.
+
     Overlays: `record(d, overlays={"target": ...})` adds debug primitives to a recorded frame
     (declared with `overlays={"target": mjarchive.Overlay.points()}`; see `mjarchive.Overlay`).
 
@@ -101,12 +106,18 @@ class Recorder:
     def __init__(self, path_or_writer: Any, model: Any = None, *, worlds: Any = None, n_worlds: int | None = None,
                  output_fps: float = 30.0, playback_speed: float = 1.0, tracks: Sequence[str] | Mapping = (),
                  dtype: str = "float32", block_frames: int | None = None, ring_buffers: int = 3, sim_model: Any = None,
-                 **create_kwargs: Any):
+                 world_ids: Any = None, **create_kwargs: Any):
         if isinstance(tracks, str):
             tracks = (tracks,)
         self._tracks = tuple(tracks)
         self._track_args = dict(tracks) if isinstance(tracks, Mapping) else dict.fromkeys(tracks)
         self._worlds_arg = None if worlds is None else as_indices(worlds)
+        # The IDs the recorded worlds are stored under (default: their batch indices), e.g. global IDs
+        # when each rank of a multi-GPU run records its own part (create(part=...)) of one archive.
+        self._world_ids_arg = None if world_ids is None else [int(w) for w in np.asarray(world_ids).ravel()]
+        if self._world_ids_arg is not None and isinstance(path_or_writer, ArchiveWriter):
+            raise MjArchiveError("world_ids= names the worlds of an archive the Recorder creates; a writer already "
+                                 "has its world IDs")
         self._block_frames = None if block_frames is None else max(1, int(block_frames))
         self._ring_buffers = max(2, int(ring_buffers))
         self._closed = False
@@ -267,8 +278,8 @@ class Recorder:
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record values of declared `variant_fields` for recorded worlds, in force from `frame` on.
 
-        `world_ids`: world IDs as stored (for a Recorder, the batch indices in `worlds`), one or a
-        sequence. `frame`: an archive frame index, default the next frame this recorder records.
+        `world_ids`: world IDs as stored (the Recorder's `world_ids=`, else the batch indices in
+        `worlds`), one or a sequence. `frame`: an archive frame index, default the next frame this recorder records.
         Each value has the field's per-world shape (e.g. (ngeom, 4) for geom_rgba: the same for all
         listed worlds) or (len(world_ids), *shape). Values are checked now (AppendError naming the
         field and world); events reach the writer with their frame.
@@ -279,6 +290,7 @@ class Recorder:
             raise MjArchiveError("this archive declares no variant fields; create the Recorder with "
                                  "variant_fields=('geom_rgba', ...)")
         known = self.world_ids if self._writer is not None else (
+            tuple(self._world_ids_arg) if self._world_ids_arg is not None else
             None if self._worlds_arg is None else tuple(self._worlds_arg.tolist()))
         appended = self.frames_recorded if self._gatherer is None else self._sink.appended
         self._variants.set_variant(self._writer, known, world_ids, frame, fields, appended=appended,
@@ -369,7 +381,11 @@ class Recorder:
 
     def _create(self, nworld: int, backend: str) -> None:
         self._init_selection(nworld)
-        self._writer = create(self._location, self._bundle, world_ids=self._sel.tolist(),
+        ids = self._sel.tolist() if self._world_ids_arg is None else self._world_ids_arg
+        if len(ids) != len(self._sel):
+            raise MjArchiveError(f"world_ids= has {len(ids)} IDs for {len(self._sel)} recorded worlds; pass one ID "
+                                 "per recorded world (in the order of worlds=)")
+        self._writer = create(self._location, self._bundle, world_ids=ids,
                               backend=self._backend or backend,
                               tracks=self._track_specs, **self._create_kwargs)
         if self._variants is not None:

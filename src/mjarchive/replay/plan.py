@@ -194,10 +194,11 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
                                       copies=len(world_ids) if scene is not None else 1, n_states=n_states,
                                       budget=budget)
 
-    def unit(world_id: int, camera: int | View, part: tuple[int, ...]) -> RenderUnit:
+    def unit(world_id: int, camera: int | View, part: tuple[int, ...], *, one_world: bool = False) -> RenderUnit:
         return RenderUnit(location, storage_options, int(world_id), camera, part, size, quality, backend, model_mjb,
                           warp_batch, scene=scene, options=options, recipe=recipe, labels=labels,
-                          overlays=tuple(overlays), session=session)
+                          overlays=tuple(overlays), session=session,
+                          archive_part=archive.part_of(world_id) if one_world and len(archive.parts) > 1 else None)
 
     # Read once for the selection: only the events that decide the drawn frames of the drawn worlds.
     window = archive.variant_window(world_ids, frame_idx) if archive.variant_fields and layout == "per-world" else None
@@ -234,7 +235,7 @@ def plan_units(archive: Archive, *, location: str, storage_options: dict | None,
             pieces = [(None, frame_idx)]
         for cam, label in cameras:
             for episode, idx in pieces:
-                units = [unit(wid, cam, part) for part in split(idx, cf, per_unit, changes(wid))]
+                units = [unit(wid, cam, part, one_world=True) for part in split(idx, cf, per_unit, changes(wid))]
                 outputs.append(Output(out_dir / video_name(wid, label, episode), cam, label, [wid], units, len(idx)))
     return outputs
 
@@ -266,7 +267,7 @@ def selected_frames(archive: Archive, sel: Any, frames: Any) -> np.ndarray:
                              "(CLI --frames 0:100000), and render the rest in further calls")
     frame_idx = np.asarray(sel.frame_indices, dtype=np.int64)
     ends = np.unique(frame_idx[[0, -1]])
-    archive.select(frames=ends).time  # refuses chunks that are not there
+    archive.select(worlds=list(sel.world_ids), frames=ends).time  # refuses chunks that are not there
     return frame_idx
 
 
@@ -291,7 +292,7 @@ def attach_paths(archive: Archive, model: mujoco.MjModel, outputs: list[Output],
     def path(view: View, world_id: int, frames: np.ndarray) -> np.ndarray:
         xpos, xmat = _body_poses(archive, model, data, world_id, frames, view.body, varied, kinematic)
         eps = episode_numbers(archive, world_id, frames, cache)
-        return track_path(view, xpos, xmat, archive.select(frames=frames).time, eps)
+        return track_path(view, xpos, xmat, archive.select(worlds=[world_id], frames=frames).time, eps)
 
     for o in outputs:
         view = o.camera if isinstance(o.camera, View) and o.camera.tracking else None

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..archive.reader import Archive
 from ..archive.opening import open as open_archive
+from ..archive.parted_reader import open_part
 
 __all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for", "lend_archive", "cached", "warm_up"]
 
@@ -65,6 +66,9 @@ class RenderUnit:
     #: The render call this unit belongs to: a warm worker opens the archive again for each call
     #: (the file at `location` may have been rewritten since), keeping compiled models and renderers.
     session: str | None = None
+    #: The part of a multi-part archive holding `world_id` (per-world videos): a worker opens that part
+    #: only, not every part's documents.
+    archive_part: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,20 +127,27 @@ def _archive_key(location: str, storage_options: dict | None, session: str | Non
     return location, json.dumps(storage_options or {}, sort_keys=True, default=str), session or ""
 
 
-def _open(location: str, storage_options: dict | None, session: str | None) -> Archive:
+def _open(location: str, storage_options: dict | None, session: str | None, part: str | None = None) -> Archive:
     key = _archive_key(location, storage_options, session)
     cache = _cache("archives")
     if key not in cache:  # a new render call: the archives of earlier calls at this location are stale
         for old_key in [k for k in cache if k[:2] == key[:2] and k[2] != key[2]]:
             _close_archive(old_key, cache.pop(old_key))
+        if part is not None:  # one part of a multi-part archive is all this unit reads: open only it
+            return cached("archives", (*key, part), lambda: open_part(location, part, storage_options=storage_options))
     return cached("archives", key, lambda: open_archive(location, storage_options=storage_options))
 
 
 def archive_for(unit: Any) -> Archive:
     """The unit's archive, opened once per thread (and render call) and refreshed when the unit
     needs newer frames."""
-    archive = _open(unit.location, unit.storage_options, getattr(unit, "session", None))
-    if max(unit.frames) >= archive.n_frames:  # a live archive committed more since we opened it
+    archive = _open(unit.location, unit.storage_options, getattr(unit, "session", None),
+                    getattr(unit, "archive_part", None))
+    # The worlds it draws: one, a scene's, or a packed Warp task's segments'.
+    worlds = ([w for w, _ in unit.segments] if hasattr(unit, "segments") else
+              list(unit.scene.world_ids) if unit.scene is not None else [unit.world_id])
+    # A live archive committed more since we opened it (each part of a multi-part archive its own).
+    if max(unit.frames) >= archive.frames_of(worlds):
         archive.refresh()
     return archive
 

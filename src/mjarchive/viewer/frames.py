@@ -97,7 +97,7 @@ class PoseWindow:
         # and the store wrappers are not documented as thread-safe. The prefetcher holds it for one chunk.
         self._io_lock = threading.Lock()
         self._cond = threading.Condition()  # guards everything below
-        self._n_frames = int(archive.n_frames)
+        self._n_frames = int(archive.frames_of(list(self.world_ids)))  # (a multi-part archive: these worlds' parts)
         self._chunks: collections.OrderedDict[int, Chunk] = collections.OrderedDict()  # LRU order
         self._loading: dict[int, threading.Event] = {}
         self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
@@ -172,7 +172,8 @@ class PoseWindow:
         """
         self._check_open()
         with self._io_lock:
-            n = int(self._archive.refresh())
+            self._archive.refresh()
+            n = int(self._archive.frames_of(list(self.world_ids)))
             with self._cond:
                 if n < self._n_frames:  # never for a valid archive; start over rather than serve stale data
                     self._chunks.clear()

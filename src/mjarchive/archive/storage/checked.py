@@ -30,6 +30,7 @@ from zarr.storage import WrapperStore
 
 from ..._errors import FormatError
 from .chunk_layout import ZARR_V2_METADATA, ArrayInfo, cached_array_info, check_chunk
+from .prefixed import PrefixStore
 from .remote import Remote
 from ..format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES,
                      MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth, parse_json_bytes,
@@ -218,6 +219,16 @@ class CheckedStore(WrapperStore):
     def _with_store(self, store: Any) -> CheckedStore:
         return type(self)(store, self._remote, self._state)
 
+    def fresh(self) -> CheckedStore:
+        """This store with nothing learned yet: for a look at an archive about to be replaced, whose
+        frame counts must not bound the new one's chunks."""
+        return type(self)(self._store, self._remote)
+
+    def sub(self, prefix: str) -> CheckedStore:
+        """The folder `prefix` ('parts/a/') of this store as a store of its own, checked on its own
+        (its own commit record bounds its chunks), bounded in time as this one is."""
+        return type(self)(PrefixStore(self._store, prefix), self._remote)
+
     def _io(self, op: str, key: str, awaitable: Any) -> Any:
         """`awaitable`, one operation of the wrapped store, bounded in time over an object store."""
         return awaitable if self._remote is None else self._remote.call(op, key, awaitable)
@@ -361,9 +372,9 @@ class CheckedStore(WrapperStore):
             buf = sync(self._raw_get(key, default_buffer_prototype(), byte_range))
         return self._checked(key, byte_range, buf)
 
-    def read_json_now(self, key: str) -> tuple[bytes, dict] | None:
-        """Metadata document `key`, its bytes and parsed (once), after the size and depth checks;
-        None if absent."""
+    def read_json_now(self, key: str, before_parsing: Any = None) -> tuple[bytes, dict] | None:
+        """Metadata document `key`, its bytes and parsed (once), after the size and depth checks (and
+        `before_parsing(n_bytes)`, which may refuse it); None if absent."""
         get_sync = self._sync("get_sync")
         if get_sync is not None:
             buf = get_sync(key, prototype=default_buffer_prototype())
@@ -372,6 +383,8 @@ class CheckedStore(WrapperStore):
         if buf is None:
             return None
         raw = buf.to_bytes()
+        if before_parsing is not None:
+            before_parsing(len(raw))
         meta = self._state.record(key, raw)
         if meta is None:
             raise FormatError(f"metadata document {key!r} is not a JSON object")
@@ -381,6 +394,8 @@ class CheckedStore(WrapperStore):
         """The wrapped store's synchronous `method` where it reads and writes files itself; None for a
         wrapper (a caller's counting, caching or logging store must see every access, through zarr's
         async methods)."""
+        if isinstance(self._store, PrefixStore):
+            return self._store.sync_method(method)
         return None if isinstance(self._store, WrapperStore) else getattr(self._store, method, None)
 
     def metadata_error(self, path: str) -> str | None:

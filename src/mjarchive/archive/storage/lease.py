@@ -55,6 +55,7 @@ from zarr.core.sync import sync
 from ..._errors import ArchiveNotFoundError, FormatError, MjArchiveError, StorageError, UnenforcedWriterWarning, WriterLockedError
 from ..format import LEASE_GROUP, MAX_LEASE_BYTES
 from .checked import CheckedStore
+from .prefixed import PrefixStore
 from .lease_record import DEFAULT_LEASE_TTL, Holder, WriterLease, check_ttl
 from .local import SafeLocalStore, key_parts, lstat_at, read_file, walk_dir, write_at
 from .remote import TOTAL_TIMEOUT_S
@@ -106,7 +107,7 @@ class _LocalLease(WriterLease):
         if creating:  # create() takes the lease before it writes anything, so the folder may not exist yet
             os.makedirs(root, exist_ok=True)
         try:
-            top = walk_dir(root, self._parts)
+            top = walk_dir(root, self._parts, create=creating)
         except (FileNotFoundError, NotADirectoryError):
             raise ArchiveNotFoundError(f"no archive at {where} (no zarr.json there)") from None
         try:
@@ -221,7 +222,8 @@ class _MemoryLease(WriterLease):
         if held is None or held[1] is not self.holder:
             raise WriterLockedError("another writer took over this archive's writer lease "
                                     f"({held[1].describe() if held else 'since released'}); this writer "
-                                    "refuses to write (reopen with mjarchive.open(..., mode='a') once it is done)")
+                                    "refuses to write (reopen with mjarchive.open(..., mode='a'), with part= for a part, once it "
+                                    "is done)")
 
     def release(self) -> None:
         with _MEMORY_LOCK:
@@ -270,8 +272,10 @@ def acquire_lease(store: Any, *, where: str, take_over: bool = False, ttl: float
     if prefix and not prefix.endswith("/"):
         raise ValueError("a lease prefix ends with '/'")
     total_timeout = TOTAL_TIMEOUT_S
-    while isinstance(store, CheckedStore):
-        if store._remote is not None:
+    while isinstance(store, (CheckedStore, PrefixStore)):
+        if isinstance(store, PrefixStore):  # a part of a multi-part archive: its lease is in its folder
+            prefix = store.prefix + prefix
+        elif store._remote is not None:
             total_timeout = store._remote.total_timeout
         store = store._store
     if isinstance(store, (SafeLocalStore, zarr.storage.LocalStore)):

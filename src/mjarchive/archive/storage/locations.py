@@ -114,8 +114,9 @@ def _memory_store(url: str, read_only: bool) -> Any:
     return store.with_read_only(read_only) if read_only else store
 
 
-def remove_partial_files(location: Any) -> int:
-    """Delete zarr's leftover `*.partial` temporaries after a crash; returns how many.
+def remove_partial_files(location: Any, prefix: str = "") -> int:
+    """Delete zarr's leftover `*.partial` temporaries after a crash (below `prefix`, a part's folder,
+    if given); returns how many.
 
     Only local stores have them: object stores replace each key with one atomic PUT.
     """
@@ -125,7 +126,7 @@ def remove_partial_files(location: Any) -> int:
     # Walked without following anything; a link, FIFO or device anywhere inside is refused.
     store = SafeLocalStore(path, read_only=False)
     removed = 0
-    for key in walk_files(path):
+    for key in walk_files(path, prefix):
         if _PARTIAL_RE.search(key):
             sync(store.delete(key))
             removed += 1

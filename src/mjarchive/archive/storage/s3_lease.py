@@ -209,7 +209,7 @@ class S3Lease(WriterLease):
                 self._lost = ("another writer took over this archive's writer lease ("
                               + (holder.describe() if holder else f"{problem or 'the lease was removed'}")
                               + f") at {self.where}; this writer refuses to write. Reopen with "
-                              "mjarchive.open(url, mode='a') once that writer is done")
+                              "mjarchive.open(url, mode='a') (with part= for a part) once that writer is done")
                 raise WriterLockedError(self._lost) from None
             self._renewed_at = started
 

@@ -388,7 +388,9 @@ class HudText:
 
     def draw(self, world_id: int | None, unit, rgb: np.ndarray) -> None:
         frames = np.asarray(unit.frames, np.int64)
-        times = self.archive.select(frames=frames).time if "time" in self.hud.fields else None
+        # The world's own times (in a multi-part archive, its part's; a scene: its first world's).
+        timed = [unit.world_id if world_id is None else world_id]
+        times = self.archive.select(worlds=timed, frames=frames).time if "time" in self.hud.fields else None
         tracks = {}
         if world_id is not None and self.tracks:
             sel = self.archive.select(worlds=[world_id], frames=frames)
