@@ -272,7 +272,7 @@ def test_links_in_parts_are_refused(tmp_path, humanoid_xml):
     os.unlink(loc / "parts" / "b")
     os.rename(loc / "parts", tmp_path / "real-parts")
     os.symlink(tmp_path / "real-parts", loc / "parts")
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError, match="'parts' .* is a symbolic link"):
         mjarchive.open(loc)
 
 
@@ -305,7 +305,7 @@ def _edit_root(loc, change):
     (lambda d: d.update(world_ids=[0]), "must not hold \\['world_ids'\\]"),
     (lambda d: d.update(required_features=["parts", "variants"]), "exactly \\['parts'\\]"),
     (lambda d: d["parts"].update(created_by="A/../b"), "parts.created_by"),
-    (lambda d: d.pop("parts"), "parts"),
+    (lambda d: d.pop("parts"), r"missing required key\(s\) \['parts'\]"),
     (lambda d: d.update(format_version="1.1"), "parts need format 1.2"),
     (lambda d: d.update(timestep=float("nan")), "timestep"),
 ])
@@ -359,15 +359,15 @@ def test_render_units_of_one_world_open_only_its_part(three_parts, tmp_path):
 
 
 def test_what_opening_all_parts_costs_is_bounded(three_parts, monkeypatch):
-    from mjarchive.archive import parts as parted_reader
+    from mjarchive.archive import parts
 
-    monkeypatch.setattr(parted_reader, "MAX_WORLDS", 5)  # the union of 6 worlds is one too many
+    monkeypatch.setattr(parts, "MAX_WORLDS", 5)  # the union of 6 worlds is one too many
     with pytest.raises(FormatError, match="more than 5 worlds together"):
         mjarchive.open(three_parts)
-    monkeypatch.setattr(parted_reader, "MAX_WORLDS", 6)
+    monkeypatch.setattr(parts, "MAX_WORLDS", 6)
     assert mjarchive.open(three_parts).n_worlds == 6
     size = (three_parts / "parts" / "rank0" / "zarr.json").stat().st_size
-    monkeypatch.setattr(parted_reader, "MAX_PART_DOCUMENT_BYTES", 2 * size)
+    monkeypatch.setattr(parts, "MAX_PART_DOCUMENT_BYTES", 2 * size)
     with pytest.raises(FormatError, match="documents hold more than"):
         mjarchive.open(three_parts)
 
@@ -400,13 +400,20 @@ def test_a_selection_keeps_its_worlds_when_parts_join_later(tmp_path, humanoid_x
     assert empty.shape == (4, 0) and empty.qpos.shape == (4, 0, a.nq) and a.frames_of([]) == a.n_frames
 
 
-def test_a_part_read_alone_refreshes_and_errors_name_their_part(three_parts):
+def test_a_part_belongs_to_its_archive_and_errors_name_their_part(three_parts):
     a = mjarchive.open(three_parts)
     part = a.part("rank1")
-    assert part.refresh() == 9
+    with pytest.raises(MjArchiveError, match="refresh the archive"):
+        part.refresh()
+    with part:  # closing a part leaves its archive open
+        assert part.n_frames == 9
+    np.testing.assert_array_equal(a.select([3]).qpos[:, 0], qpos_of(3, np.arange(9), a.nq))
     (three_parts / "parts" / "rank1" / "qpos" / "c" / "0" / "0" / "0").unlink()
     with pytest.raises(FormatError, match=r"part 'rank1' \(parts/rank1/\): .*missing"):
         a.select([7]).qpos
+    (three_parts / "parts" / "rank1" / "reset" / "c" / "0" / "0").unlink()
+    with pytest.raises(FormatError, match=r"part 'rank1' \(parts/rank1/\): .*missing"):
+        a.episodes(7)
     with pytest.raises(ArchiveNotFoundError, match="no part 'nope'"):
         open_part(three_parts, "nope")
 
@@ -424,7 +431,13 @@ def test_writers_meet_what_is_not_an_archive_with_clear_errors(tmp_path, humanoi
         mjarchive.create(loc, humanoid_xml, part="b", world_ids=[1])
 
 
-def test_resuming_a_part_checks_it_against_the_root_and_the_other_parts(three_parts):
+def test_resuming_a_part_checks_it_against_the_root_and_the_other_parts(three_parts, tmp_path, humanoid_xml):
+    other = tmp_path / "other.mjarchive"
+    write_part(other, humanoid_xml, "rank9", [42, 43], 3)  # claims rank2's world 42
+    _graft(other, three_parts, "rank9")
+    with pytest.raises(MjArchiveError, match="part 'rank9' claims world 42 of part 'rank2'"):
+        mjarchive.open(three_parts, mode="a", part="rank9")
+    shutil.rmtree(three_parts / "parts" / "rank9")
     _edit_root(three_parts, lambda d: d.update(timestep=0.5))
     with pytest.raises(FormatError, match="part 'rank1' differs from the archive created by part 'rank1'"):
         mjarchive.open(three_parts, mode="a", part="rank1")
@@ -456,3 +469,16 @@ def test_an_object_named_like_a_part_does_not_hide_it(humanoid_xml):
     store = _memory_store(loc, read_only=False)
     sync(store.set("parts/b", zarr.core.buffer.default_buffer_prototype().buffer.from_bytes(b"x")))
     assert mjarchive.open(loc).parts == ("a", "b")
+
+
+def test_a_pending_part_keeps_the_archive_live_and_empty_selections_are_empty(three_parts, humanoid_xml):
+    assert mjarchive.open(three_parts).status == "finalized"
+    w = mjarchive.create(three_parts, humanoid_xml, part="rank3", world_ids=[99], tracks={"reward": ()},
+                         chunk_frames=4)
+    a = mjarchive.open(three_parts)
+    assert a.status == "live" and a.pending_parts == ("rank3",)
+    w.close()
+    empty = a.select([])  # the parts have 12, 9 and 6 frames: an empty selection has the common 6
+    assert empty.shape == (6, 0) and empty.qpos.shape == (6, 0, a.nq)
+    with pytest.raises(SelectionError):
+        a.select([], frames=slice(0, 8))

@@ -13,9 +13,9 @@ from zarr.core.sync import sync
 
 from .._errors import ArchiveExistsError, FormatError, MjArchiveError
 from .bundle.model_bundle import ModelBundle
-from .format import BUNDLE_GROUP, ROOT_ATTR
+from .format import BUNDLE_GROUP, ROOT_ATTR, version_at_least
 from .manifest import Manifest, commit_record, parse_root_attributes
-from .parts import (PARTS_GROUP, PartsBudget, PartsRoot, any_part_folder, check_part_name, differences, in_part,
+from .parts import (PARTS_GROUP, PartsBudget, PartsRoot, any_part_folder, check_part_name, in_part, part_differences,
                     is_parts_root, list_parts, part_document)
 from .storage.checked import CheckedStore
 from .storage.shared import create_if_absent
@@ -111,7 +111,7 @@ def check_joining(location: Any, store: CheckedStore, part: str, manifest: Manif
         if found is None:
             continue
         theirs, _ = found
-        diff = differences(manifest, theirs)
+        diff = part_differences(manifest, theirs)
         if diff:
             raise FormatError(f"part {part!r} records otherwise than part {other!r} of {_describe(location)}: "
                               f"{'; '.join(diff)}")
@@ -131,6 +131,8 @@ def read_part(store: CheckedStore, name: str, budget: PartsBudget) -> tuple[Mani
             return None
         sub, _, doc = found
         (manifest, n_frames, _, _), _ = commit_record(parse_root_attributes(doc["attributes"]), sub)
+        if not version_at_least(manifest.format_version, (1, 2)):
+            raise FormatError(f"it is format {manifest.format_version}; parts are format 1.2 or later")
         budget.worlds(name, len(manifest.world_ids))
         return manifest, n_frames
     except MjArchiveError as exc:
@@ -155,6 +157,8 @@ def _names(store: CheckedStore) -> list[str]:
 def _write_bundle_once(store: CheckedStore, bundle: ModelBundle) -> None:
     """Every object of the bundle group, created where absent (its group document last, so that a
     bundle with its document is whole), then read back and checked against its hash."""
+    if _bundle_there(store, bundle.sha256):
+        return  # (every joining writer after the first: nothing to send)
     staged = zarr.storage.MemoryStore()
     bundle.to_zarr(zarr.open_group(store=staged, mode="w", zarr_format=3))
     objects = {key: value.to_bytes() for key, value in staged._store_dict.items() if key.startswith(BUNDLE_GROUP + "/")}
@@ -162,9 +166,22 @@ def _write_bundle_once(store: CheckedStore, bundle: ModelBundle) -> None:
     for key in sorted(objects, key=lambda k: (k == last, k)):
         create_if_absent(store, key, objects[key])
     try:
-        found = ModelBundle.from_zarr(zarr.open_group(store=store.with_read_only(True), mode="r", zarr_format=3,
-                                                      use_consolidated=False))
+        found = ModelBundle.from_zarr(_read_only_root(store))
     except MjArchiveError as exc:
         raise FormatError(f"the archive's model bundle is damaged ({exc}); the parts cannot be written") from None
     if found.sha256 != bundle.sha256:
         raise FormatError("the archive's model bundle differs from its root document's model.sha256; it is damaged")
+
+
+def _read_only_root(store: CheckedStore) -> zarr.Group:
+    return zarr.open_group(store=store.with_read_only(True), mode="r", zarr_format=3, use_consolidated=False)
+
+
+def _bundle_there(store: CheckedStore, sha256: str) -> bool:
+    """Whether the archive already holds the whole bundle of hash `sha256` (read and checked)."""
+    if store.read_json_now(f"{BUNDLE_GROUP}/zarr.json") is None:
+        return False
+    try:
+        return ModelBundle.from_zarr(_read_only_root(store)).sha256 == sha256
+    except MjArchiveError:
+        return False  # incomplete (its creator stopped half-way) or damaged: the writes below say which

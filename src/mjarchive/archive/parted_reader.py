@@ -13,13 +13,12 @@ import numpy as np
 
 from .._errors import ArchiveNotFoundError, FormatError, MjArchiveError, SelectionError
 from .format import ROOT_ATTR
-from .parts import (PART_NAME_RE, PartsBudget, PartsRoot, differences, in_part, is_parts_root, list_parts,
-                    part_document)
+from .parts import (PartsBudget, PartsRoot, check_part_name, check_parts_schema, in_part, is_parts_root, list_parts,
+                    part_differences, part_document)
 from .reader import Archive, Selection, VerifyReport
 from .storage.locations import open_root_document
 
 __all__ = ["PartedArchive", "PartedSelection", "open_part"]
-
 
 
 class PartedArchive(Archive):
@@ -46,7 +45,7 @@ class PartedArchive(Archive):
         pending = [name for name, reader in zip(names, opened) if reader is None]
         if not readers and self._only is not None:
             raise ArchiveNotFoundError(f"the multi-part archive at {self.location!s} has no part {self._only!r} with "
-                                       f"committed frames; its parts: {list_parts(store)[:16]}")
+                                       "committed frames")
         if not readers:
             raise MjArchiveError(f"the multi-part archive at {self.location!s} has no part with committed frames yet"
                                  f"{f' (pending: {pending[:8]})' if pending else ''}; open it again once a writer "
@@ -58,7 +57,7 @@ class PartedArchive(Archive):
             if reader.cameras != tuple(root.doc["cameras"]):
                 raise FormatError(f"part {name!r} lists other cameras than the archive created by part "
                                   f"{root.created_by!r}")
-            diff = differences(first.manifest, reader.manifest)
+            diff = part_differences(first.manifest, reader.manifest)
             if diff:
                 raise FormatError(f"parts {first_name!r} and {name!r} record differently: {'; '.join(diff)}; a "
                                   "multi-part archive's parts must agree")
@@ -77,9 +76,10 @@ class PartedArchive(Archive):
         self._offsets = np.cumsum([0] + [r.n_worlds for r in readers.values()])
         self.manifest = dataclasses.replace(first.manifest, world_ids=tuple(ids), format_version=root.format_version,
                                             created=root.doc["created"], producer=dict(root.doc["producer"]),
-                                            shard_worlds=1)
+                                            mujoco_version=root.doc["mujoco_version"], shard_worlds=1)
         self._n_frames = min(r.n_frames for r in readers.values())
-        self._status = "live" if any(r.status == "live" for r in readers.values()) else "finalized"
+        # Live while any part may still append, a pending one included (it will join).
+        self._status = "live" if pending or any(r.status == "live" for r in readers.values()) else "finalized"
         self._n_events = {f: sum(r._n_events[f] for r in readers.values()) for f in first.manifest.variants}
         self._commit_source = "parts"
         self._arrays = first._arrays
@@ -97,7 +97,8 @@ class PartedArchive(Archive):
         return self._pending
 
     def part(self, name: str) -> Archive:
-        """Part `name` as its own read-only Archive (its worlds, frames, time and commit record)."""
+        """Part `name` as its own read-only Archive (its worlds, frames, time and commit record), as of
+        this archive's opening or last `refresh()`: refresh and close the archive, not the part."""
         try:
             return self._part_readers[name]
         except (KeyError, TypeError):
@@ -129,9 +130,10 @@ class PartedArchive(Archive):
         self._check_open()
         positions = self._world_positions(worlds)
         groups = self._groups(positions)
-        if not groups:  # no world: an empty selection of the first part's frames
-            first = self._part_readers[self._part_names[0]]
-            return first.select(positions, frames, time=time)
+        if not groups:  # no world: an empty selection of the frames every part has
+            if time is not None and frames is not None:
+                raise SelectionError("pass frames= or time=, not both")
+            return Selection(self, positions, self._frame_index(frames if time is None else self._time_frames(time)))
         if time is not None:
             if frames is not None:
                 raise SelectionError("pass frames= or time=, not both")
@@ -149,8 +151,12 @@ class PartedArchive(Archive):
 
     def _read(self, name: str, frames: Any, worlds: np.ndarray | None) -> np.ndarray:
         self._check_open()
-        if worlds is None:  # `time`: one per frame, the first part's
-            return self._part_readers[self._part_names[0]]._read(name, frames, None)
+        first = self._part_names[0]
+        if worlds is None or not len(worlds):  # `time` (the first part's), or no world at all
+            try:
+                return self._part_readers[first]._read(name, frames, worlds)
+            except MjArchiveError as exc:
+                raise in_part(exc, first) from exc
         groups = self._groups(np.asarray(worlds, np.int64))
         for g in groups:
             g.frames = frames
@@ -162,19 +168,32 @@ class PartedArchive(Archive):
         return self._read("time", slice(0, self._n_frames), None)
 
     # -- per-world questions, answered by the world's part -----------------------------------------------------
+    def _ask(self, world_id: int, question: str, *args: Any) -> Any:
+        """`question` (a method name) asked of the part holding `world_id`; its errors name the part."""
+        name = self.part_of(world_id)
+        try:
+            return getattr(self._part_readers[name], question)(*args)
+        except MjArchiveError as exc:
+            raise in_part(exc, name) from exc
+
     def episodes(self, world_id: int) -> list[range]:
-        return self._part_of_world(world_id).episodes(world_id)
+        return self._ask(world_id, "episodes", world_id)
 
     def variant_changes(self, world_id: int) -> np.ndarray:
-        return self._part_of_world(world_id).variant_changes(world_id)
+        return self._ask(world_id, "variant_changes", world_id)
 
     def _variant_values(self, model: Any, world_id: int, frame: int) -> dict[str, np.ndarray]:
-        return self._part_of_world(world_id)._variant_values(model, world_id, frame)
+        return self._ask(world_id, "_variant_values", model, world_id, frame)
 
     def variant_events(self, field: str) -> dict[str, np.ndarray]:
         """The committed events of one variant field of every part, `world` as positions in this archive's
         world axis, ordered by frame (events of one frame in part order)."""
-        found = [(self._offsets[i], self._part_readers[n].variant_events(field)) for i, n in enumerate(self._part_names)]
+        found = []
+        for offset, name in zip(self._offsets, self._part_names):
+            try:
+                found.append((offset, self._part_readers[name].variant_events(field)))
+            except MjArchiveError as exc:
+                raise in_part(exc, name) from exc
         frame = np.concatenate([e["frame"] for _, e in found])
         order = np.argsort(frame, kind="stable")
         return {"frame": frame[order],
@@ -187,7 +206,10 @@ class PartedArchive(Archive):
         windows = {}
         for g in self._groups(positions):
             ids = [g.reader.world_ids[p] for p in g.local.tolist()]
-            window = g.reader.variant_window(ids, frames)
+            try:
+                window = g.reader.variant_window(ids, frames)
+            except MjArchiveError as exc:
+                raise in_part(exc, g.name) from exc
             windows.update({w: window for w in ids})
         return PartedVariantWindow(windows)
 
@@ -196,6 +218,11 @@ class PartedArchive(Archive):
         """Every part's checks (lines prefixed with the part's name) and the shared model bundle's."""
         problems: list[str] = []
         checked: list[str] = [f"{len(self._part_names)} parts agree on model, cadence and layout; world IDs disjoint"]
+        try:
+            check_parts_schema(self._parts_root.doc)
+            checked.append("parts root attributes valid against the parts schema")
+        except MjArchiveError as exc:
+            problems.append(str(exc))
         try:
             self.bundle
             checked.append("model bundle: hashes")
@@ -209,7 +236,7 @@ class PartedArchive(Archive):
 
     def close(self) -> None:
         for reader in self.__dict__.get("_part_readers", {}).values():
-            reader.close()
+            reader._closed = True
         super().close()
 
     def __repr__(self) -> str:
@@ -336,9 +363,10 @@ class PartedVariantWindow:
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not PART_NAME_RE.fullmatch(name):
-        raise SelectionError(f"{name!r:.80} is not a part name")
-    return name
+    try:
+        return check_part_name(name)
+    except MjArchiveError as exc:
+        raise SelectionError(str(exc)) from None
 
 
 def _count(frames: Any) -> int:
@@ -352,9 +380,8 @@ def _open_part(store: Any, name: str, owner: PartedArchive, budget: PartsBudget)
         found = part_document(store, name, budget)
         if found is None:
             return None  # its writer is still creating it
-        sub = found[0]
         reader = Archive.__new__(Archive)
-        reader._bundle_owner, reader._reopen, reader._check_arrays_at_open = owner, sub, False
+        reader._bundle_owner, reader._check_arrays_at_open = owner, False
         reader.location = f"{owner.location!s} (part {name})"
         reader._storage_options = None
         reader._closed = False

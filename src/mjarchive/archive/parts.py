@@ -6,10 +6,12 @@ that names what every part must share (spec/README.md, "Parts")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import stat
 import threading
+from importlib import resources
 from typing import Any
 
 import zarr.storage
@@ -21,11 +23,12 @@ from .format import FORMAT_NAME, MAX_WORLDS, ROOT_ATTR
 from .manifest import Manifest, _check_format, _check_manifest, _fail, _obj
 from .storage.checked import CheckedStore
 from .storage.local import SafeLocalStore, key_parts, walk_dir
-from .storage.prefixed import PrefixStore
+from .storage.prefixed import unprefixed
 from .storage.shared import is_s3
 
-__all__ = ["MAX_PARTS", "PartsBudget", "in_part", "part_document", "PARTS_FEATURE", "PARTS_GROUP", "PartsRoot", "check_part_name", "differences",
-           "is_parts_root", "list_parts", "part_prefix"]
+__all__ = ["MAX_LISTED", "MAX_PARTS", "MAX_PART_DOCUMENT_BYTES", "PARTS_FEATURE", "PARTS_GROUP", "PART_NAME_RE",
+           "PartsBudget", "PartsRoot", "any_part_folder", "check_part_name", "check_parts_schema",
+           "in_part", "is_parts_root", "list_parts", "part_differences", "part_document", "part_prefix"]
 
 PARTS_FEATURE = "parts"
 PARTS_GROUP = "parts"
@@ -52,7 +55,7 @@ class PartsBudget:
             self._bytes += n
             if self._bytes > MAX_PART_DOCUMENT_BYTES:
                 raise FormatError(f"the parts' documents hold more than {MAX_PART_DOCUMENT_BYTES} bytes together "
-                                  f"(at part {name!r}); a reader opens no more: compact the archive into fewer parts")
+                                  f"(at part {name!r}); a reader opens no more: move parts into separate archives")
 
     def worlds(self, name: str, n: int) -> None:
         with self._lock:
@@ -92,8 +95,8 @@ def in_part(exc: MjArchiveError, name: str) -> MjArchiveError:
 def check_part_name(name: Any) -> str:
     """A writer's part name, refused (never rewritten) unless it is a valid part name."""
     if not isinstance(name, str) or not PART_NAME_RE.fullmatch(name):
-        hint = f"; for example {re.sub(r'[^a-z0-9_-]', '-', name.lower()).strip('-_')[:64]!r}" if isinstance(
-            name, str) and re.sub(r"[^a-z0-9_-]", "-", name.lower()).strip("-_") else ""
+        example = re.sub(r"[^a-z0-9_-]", "-", name.lower()).strip("-_")[:64] if isinstance(name, str) else ""
+        hint = f"; for example {example!r}" if example else ""
         raise MjArchiveError(f"part name {name!r:.80} is not 1-64 lowercase ASCII letters, digits, '_' and '-' "
                              f"starting with a letter or digit{hint}")
     return name
@@ -183,7 +186,7 @@ class PartsRoot:
                               f"{'; '.join(diff)}; every part must record the same model at the same cadence")
 
 
-def differences(a: Manifest, b: Manifest) -> list[str]:
+def part_differences(a: Manifest, b: Manifest) -> list[str]:
     """How two parts' recordings differ in what a reader of their union needs equal (empty: none)."""
     out = []
     if (a.dtype, a.abs_error) != (b.dtype, b.abs_error):
@@ -203,14 +206,12 @@ def list_parts(store: CheckedStore) -> list[str]:
     """Names of the folders in `parts/`, sorted: the one listing a reader makes, bounded (MAX_PARTS
     folders, MAX_LISTED entries of any kind). Every folder must be named like a part; plain objects
     there (the group's document, a writer's temporary files, anything else) are ignored."""
-    plain, prefix = store._store, ""
-    while isinstance(plain, PrefixStore):
-        prefix, plain = plain.prefix + prefix, plain._store
+    plain, prefix = unprefixed(store)
     names: list[str] = []
     for seen, (name, folder) in enumerate(_children(plain, prefix + PARTS_GROUP, store)):
         if seen >= MAX_LISTED:
             raise FormatError(f"{PARTS_GROUP}/ holds more than {MAX_LISTED} entries; a multi-part archive has at most "
-                              f"{MAX_PARTS} parts: compact it (mjarchive compact) or remove what else is there")
+                              f"{MAX_PARTS} parts: move parts into separate archives, or remove what else is there")
         if not folder:
             continue
         if not PART_NAME_RE.fullmatch(name):
@@ -219,16 +220,15 @@ def list_parts(store: CheckedStore) -> list[str]:
                               "other software")
         names.append(name)
         if len(names) > MAX_PARTS:
-            raise FormatError(f"{PARTS_GROUP}/ holds more than {MAX_PARTS} parts, the most a reader opens; compact "
-                              "the archive (mjarchive compact) into fewer parts")
+            raise FormatError(f"{PARTS_GROUP}/ holds more than {MAX_PARTS} parts, the most a reader opens; move parts "
+                              "into separate archives (each folder parts/<name>/ with a copy of the root's zarr.json "
+                              "and model/ is one), then compact those")
     return sorted(names)
 
 
 def any_part_folder(store: CheckedStore) -> bool:
     """Whether `parts/` holds any folder (a part, or one being created), whatever its name."""
-    plain, prefix = store._store, ""
-    while isinstance(plain, PrefixStore):
-        prefix, plain = plain.prefix + prefix, plain._store
+    plain, prefix = unprefixed(store)
     try:
         return any(folder for _, folder in _children(plain, prefix + PARTS_GROUP, store))
     except FormatError:
@@ -291,3 +291,15 @@ def _s3_children(plain: Any, folder: str, store: CheckedStore) -> Any:
         token = page.get("NextContinuationToken")
         if not page.get("IsTruncated") or not token:
             return
+
+
+def check_parts_schema(d: Any) -> None:
+    """Validate a multi-part root's `mjarchive` attribute against spec/parts-root-attributes.schema.json
+    alone (for `verify()`: `PartsRoot.parse` checks all of it by hand); FormatError explains a failure."""
+    import jsonschema
+
+    schema = json.loads(resources.files(__package__).joinpath("parts-root-attributes.schema.json").read_text())
+    exc = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(d))
+    if exc is not None:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise FormatError(f"the parts root fails the mjarchive parts schema at {where}: {exc.message}")

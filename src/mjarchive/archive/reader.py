@@ -42,7 +42,6 @@ class Archive:
     _bundle_owner: Any = None  # a part of a multi-part archive reads the archive's shared bundle
     _check_arrays_at_open = True  # a part's arrays are checked when first read (opening 64 parts stays cheap)
     _parted: type = None  # parted_reader.PartedArchive, registered by that module (it imports this one)
-    _reopen: Any = None  # what a part's refresh() reads again (its folder's store), not `location`
 
     def __init__(self, location: Any, *, storage_options: dict | None = None):
         self.location = location
@@ -56,8 +55,9 @@ class Archive:
     def _load(self, found: tuple | None = None) -> None:
         # One read and one parse of the root document (and, while live, of the commit document),
         # then of each array's document, checked against them (checks remembered by content).
-        store, raw, doc = found or open_root_document(self._reopen or self.location,
-                                                      storage_options=self._storage_options)
+        store, raw, doc = found or open_root_document(self.location, storage_options=self._storage_options)
+        if type(self) is Archive and is_parts_root(doc.get("attributes")):  # replaced since it was opened
+            raise FormatError(f"{self.location!s} is now a multi-part archive; open it again with mjarchive.open()")
         (manifest, n_frames, status, n_events), self._commit_source = commit_record(parse_root(raw, doc), store)
         self._store, self._root_attrs = store, doc["attributes"]
         self.__dict__.pop("_root", None)
@@ -334,6 +334,9 @@ class Archive:
     def refresh(self) -> int:
         """Re-read the commit record to see frames committed since opening; returns new n_frames."""
         self._check_open()
+        if self._bundle_owner is not None:
+            raise MjArchiveError(f"{self.location!s} is one part of a multi-part archive: refresh the archive "
+                                 "(archive.refresh()), then ask it for the part again")
         sha = self.manifest.model_sha256
         before = dict(self.__dict__)
         self.__dict__.pop("bundle", None)
@@ -539,7 +542,8 @@ class Archive:
             raise ClosedError("this Archive is closed; open it again with mjarchive.open()")
 
     def close(self) -> None:
-        self._closed = True
+        if self._bundle_owner is None:  # a part of a multi-part archive is closed with its archive
+            self._closed = True
 
     def __enter__(self) -> Archive:
         return self

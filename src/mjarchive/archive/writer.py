@@ -13,8 +13,8 @@ import numpy as np
 import zarr
 
 from .bundle.model_bundle import ModelBundle
-from .._errors import (AppendError, ArchiveExistsError, ArchiveNotFoundError, ClosedError, FormatError, FormatVersionError, MjArchiveError, StorageError,
-                       WriterLockedError)
+from .._errors import (AppendError, ArchiveExistsError, ArchiveNotFoundError, ClosedError, FormatError,
+                       FormatVersionError, MjArchiveError, StorageError, WriterLockedError)
 from .creation import as_bundle, build_archive, plan_archive, write_root
 from .format import (
     COMMIT_KEY,
@@ -515,7 +515,7 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
                 raise ArchiveExistsError(f"{where} exists; append to it with mjarchive.open(location, mode='a', "
                                          f"part={part!r}), or pass overwrite=True to replace that part")
             # The lease is ours and the part has no document, or is to be replaced: what is there is ours.
-            root = build_archive(store, store, None, manifest, overwrite=True)
+            root = build_archive(location, store, None, manifest, overwrite=True)
         writer = ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
                                max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease)
         writer.part = part
@@ -541,7 +541,10 @@ def open_writer(location: Any, *, storage_options: dict | None = None, check_fin
         raise MjArchiveError(f"take_over must be True or False, got {take_over!r:.40}")
     root = open_root(location, mode="a", storage_options=storage_options)  # an archive is there
     bundle_root = None
-    if part is not None or is_parts_root(root.attrs.asdict()):
+    parted = is_parts_root(root.attrs.asdict())
+    if part is not None and not parted:
+        raise MjArchiveError(f"{_where(location)} is a single archive, without parts: append to it without part=")
+    if parted:
         if part is None:
             names = list_parts(root.store_path.store)
             raise MjArchiveError(f"{_where(location)} is a multi-part archive: pass part= to append to one of its "

@@ -28,8 +28,8 @@ INFO_KEYS = (
 
 
 def _store_bytes(archive: Any) -> tuple[int | None, dict[str, int]]:
-    """Total stored bytes, and chunk bytes (metadata excluded) per top-level node, by listing the
-    store's objects."""
+    """Total stored bytes, and chunk bytes (metadata excluded) per top-level node (a multi-part
+    archive's per `parts/<name>/<node>`), by listing the store's objects."""
     store = archive._root.store
     path = getattr(archive._root, "path", "") or ""
     prefix = f"{path}/" if path else ""
@@ -37,7 +37,8 @@ def _store_bytes(archive: Any) -> tuple[int | None, dict[str, int]]:
     async def walk() -> dict[str, int]:
         sizes: dict[str, int] = {}
         async for key in store.list_prefix(prefix):
-            top = key[len(prefix):].split("/", 1)[0]
+            rel = key[len(prefix):]
+            top = "/".join(rel.split("/", 3)[:3]) if rel.startswith("parts/") else rel.split("/", 1)[0]
             size = await store.getsize(key)
             sizes[""] = sizes.get("", 0) + size
             if not key.endswith("zarr.json"):
@@ -70,8 +71,9 @@ def archive_info(archive: Any) -> dict[str, Any]:
     size_total, per_node = _store_bytes(archive)
     data_stored = None
     if size_total is not None:
-        data_stored = (per_node.get("parts", 0) if archive.parts else
-                       sum(v for k, v in per_node.items() if k in archive._arrays or k == "world_id"))
+        nodes = {*archive._arrays, "world_id"}  # the trajectory arrays (of the joined parts)
+        joined = {f"parts/{name}/{node}" for name in archive.parts for node in nodes}
+        data_stored = sum(v for k, v in per_node.items() if k in (joined if archive.parts else nodes))
     model: dict[str, Any] = {"sha256": man.model_sha256}
     try:
         bundle = archive.bundle
@@ -105,7 +107,7 @@ def archive_info(archive: Any) -> dict[str, Any]:
         "chunk_frames": man.chunk_frames,
         "cameras": list(archive.cameras),
         "tracks": {k: t.to_dict() for k, t in man.tracks.items()},
-        "required_features": list(man.required_features),
+        "required_features": sorted({*man.required_features, *(("parts",) if archive.parts else ())}),
         "variants": {k: v.to_dict(archive.variant_event_counts[k]) for k, v in man.variants.items()},
         "overlays": {k: o.to_dict() for k, o in man.overlays.items()},
         "model_sha256": man.model_sha256,

@@ -114,7 +114,7 @@ class Recorder:
         self._worlds_arg = None if worlds is None else as_indices(worlds)
         # The IDs the recorded worlds are stored under (default: their batch indices), e.g. global IDs
         # when each rank of a multi-GPU run records its own part (create(part=...)) of one archive.
-        self._world_ids_arg = None if world_ids is None else [int(w) for w in np.asarray(world_ids).ravel()]
+        self._world_ids_arg = None if world_ids is None else _id_list(world_ids)
         if self._world_ids_arg is not None and isinstance(path_or_writer, ArchiveWriter):
             raise MjArchiveError("world_ids= names the worlds of an archive the Recorder creates; a writer already "
                                  "has its world IDs")
@@ -505,3 +505,12 @@ class Recorder:
         if arrays.keys() == self._gatherer_fields:
             return arrays  # the gatherer checks types, shapes and dtypes
         return ordered_fields(arrays, self._field_shapes())
+
+
+def _id_list(world_ids: Any) -> list[int]:
+    """`world_ids=` as a list of ints: a 1-D sequence of integers, nothing rounded or flattened."""
+    ids = np.asarray(world_ids)
+    if ids.ndim != 1 or not ids.size or ids.dtype.kind not in "iu":
+        raise MjArchiveError(f"world_ids must be a non-empty 1-D sequence of integers (one per recorded world), got "
+                             f"{world_ids!r:.80}")
+    return ids.tolist()

@@ -7,7 +7,7 @@ from typing import Any
 
 from zarr.storage import WrapperStore
 
-__all__ = ["PrefixStore"]
+__all__ = ["PrefixStore", "unprefixed"]
 
 
 class PrefixStore(WrapperStore):
@@ -33,8 +33,8 @@ class PrefixStore(WrapperStore):
 
     def sync_method(self, name: str) -> Any:
         """The wrapped store's synchronous `name` (get_sync, set_sync, ...) on prefixed keys, or None."""
-        method = getattr(self._store, name, None)
-        if method is None:
+        method = None if isinstance(self._store, WrapperStore) else getattr(self._store, name, None)
+        if method is None:  # (a caller's wrapper must see every access, through the async methods)
             return None
         prefix = self.prefix
         return lambda key, *args, **kwargs: method(prefix + key, *args, **kwargs)
@@ -54,6 +54,10 @@ class PrefixStore(WrapperStore):
     async def get_ranges(self, key: str, byte_ranges: Any, **kwargs: Any) -> Any:
         async for group in self._store.get_ranges(self.prefix + key, byte_ranges, **kwargs):
             yield group
+
+    async def _get_many(self, requests: Any) -> Any:
+        async for key, value in self._store._get_many([(self.prefix + k, p, r) for k, p, r in requests]):
+            yield key[len(self.prefix):], value
 
     async def exists(self, key: str) -> bool:
         return await self._store.exists(self.prefix + key)
@@ -87,3 +91,11 @@ class PrefixStore(WrapperStore):
     async def list_dir(self, prefix: str) -> Any:
         async for name in self._store.list_dir(self.prefix + prefix):
             yield name
+
+
+def unprefixed(store: Any) -> tuple[Any, str]:
+    """The store under a CheckedStore's PrefixStores, and the key prefix they add together."""
+    plain, prefix = store._store, ""
+    while isinstance(plain, PrefixStore):
+        prefix, plain = plain.prefix + prefix, plain._store
+    return plain, prefix

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import warnings
 import zarr.storage
 from zarr.core.sync import sync
 
-from ..._errors import FormatError, MjArchiveError, StorageError
+from ..._errors import FormatError, MjArchiveError, StorageError, UnenforcedWriterWarning
 from .checked import CheckedStore
 from .local import SafeLocalStore, write_file
-from .prefixed import PrefixStore
+from .prefixed import unprefixed
 from .s3_lease import _precondition_failed, _s3_status, _unsupported
 
 __all__ = ["create_if_absent", "is_s3"]
@@ -22,9 +23,7 @@ def create_if_absent(store: CheckedStore, key: str, data: bytes) -> bool:
     """Store `data` at `key` unless an object is there already, atomically where the store can (local
     disk: a link that fails if the name exists; S3: PutObject If-None-Match; memory): True if this
     call created it. Other object stores check then write (two writers could both write there)."""
-    plain, prefix = store._store, ""
-    while isinstance(plain, PrefixStore):
-        prefix, plain = plain.prefix + prefix, plain._store
+    plain, prefix = unprefixed(store)
     full = prefix + key
     if isinstance(plain, SafeLocalStore):
         try:
@@ -35,9 +34,11 @@ def create_if_absent(store: CheckedStore, key: str, data: bytes) -> bool:
             raise FormatError(f"{full!r} cannot be written: a file stands where a folder belongs, or a folder where "
                               "a file belongs; the location holds something else than an archive") from None
         except OSError as exc:
-            if exc.errno != errno.EEXIST:
-                raise
-            return False
+            if exc.errno == errno.EEXIST:
+                return False
+            raise StorageError(f"creating {full!r} failed ({exc}); a multi-part archive creates its shared objects "
+                               "with a hard link, which this file system may not support: write it to a local disk "
+                               "or to object storage") from exc
         if key.endswith("zarr.json"):
             store._state.record(key, data)
         return True
@@ -59,7 +60,7 @@ def create_if_absent(store: CheckedStore, key: str, data: bytes) -> bool:
                     await asyncio.sleep(0.05 * 2 ** attempt)
                     continue
                 return True
-            return False
+            raise StorageError(f"creating {full!r} conflicted with another writer's request 8 times; try again")
 
         try:
             created = sync(asyncio.wait_for(put(), store._remote.total_timeout if store._remote else 60.0))
@@ -72,6 +73,10 @@ def create_if_absent(store: CheckedStore, key: str, data: bytes) -> bool:
             store._state.record(key, data)
         return created
     # Memory (one process: atomic) and other object stores (check, then write).
+    if not isinstance(plain, zarr.storage.MemoryStore):
+        warnings.warn(f"{type(plain).__name__} storage has no create-if-absent write here: two writers creating "
+                      f"{full!r} at the same moment could both write it (they write the same bytes when they "
+                      "record the same model)", UnenforcedWriterWarning, stacklevel=3)
     if sync(store.exists(key)):
         return False
     store.write_now(key, data)
