@@ -1375,13 +1375,13 @@ def _(out):
 
 
 @case("parts-part-document-not-a-group", rule="parts", match="part 'b'.*not a Zarr v3 group document",
-      note="where a part's group document belongs there is an array document: an error, not a pending part")
+      note="where a part's Zarr v3 group document belongs there is a Zarr v2 one: an error, not a pending part")
 def _(out):
     _parts_copy(out)
     path = out / "parts" / "b" / "zarr.json"
     doc = json.loads(path.read_text())
-    doc["node_type"] = "array"
-    path.write_text(json.dumps(doc))
+    doc["zarr_format"] = 2
+    path.write_text(json.dumps(doc, indent=2))
 
 
 @case("parts-root-without-created-by", rule="parts", match="created_by", schema="invalid")
