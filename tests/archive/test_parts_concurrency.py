@@ -9,6 +9,7 @@ The processes are spawned (never forked from the test process); their code is te
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
@@ -225,13 +226,25 @@ def create(path, part: str, world_ids, **kwargs):
                             chunk_frames=kwargs.pop("chunk_frames", CHUNK), **kwargs)
 
 
-def test_a_part_held_by_another_process_is_refused(tmp_path):
-    path = str(tmp_path / "run.mjarchive")
+@contextlib.contextmanager
+def rank0_held(path: str):
+    """Another process holding part rank0 (worlds 0, 1; 5 frames committed) until the block ends."""
     ready, release = CTX.Event(), CTX.Event()
     holder = spawn(parts_writer.hold_part, location=path, part="rank0", world_ids=[0, 1], frames=5, ready=ready,
                    release=release)
     try:
         wait_for(ready.is_set, "the holder committed", [holder])
+        yield holder
+    finally:
+        release.set()
+        holder.join(DEADLINE_S)
+        stop_all([holder])
+    assert holder.exitcode == 0
+
+
+def test_a_part_held_by_another_process_is_refused(tmp_path):
+    path = str(tmp_path / "run.mjarchive")
+    with rank0_held(path) as holder:
         with pytest.raises(WriterLockedError) as refused:
             mjarchive.open(path, mode="a", part="rank0")
         assert f"pid {holder.pid}" in str(refused.value)
@@ -243,11 +256,6 @@ def test_a_part_held_by_another_process_is_refused(tmp_path):
             assert archive.parts == ("rank0",) and archive.frames_of(0) == 5
         with create(path, "rank1", [2]) as other:  # another part of the same archive is free to write
             other.append(*expected([2], 0, 3))
-    finally:
-        release.set()
-        holder.join(DEADLINE_S)
-        stop_all([holder])
-    assert holder.exitcode == 0
     with mjarchive.open(path, mode="a", part="rank0") as w:  # free once its holder closed
         assert w.n_committed == 5
         w.append(*expected([0, 1], 5, 6))
@@ -308,11 +316,7 @@ def test_racing_claims_of_one_part_have_one_winner(tmp_path):
 
 def test_parts_that_differ_from_the_root_or_each_other_are_refused(tmp_path):
     path = str(tmp_path / "run.mjarchive")
-    ready, release = CTX.Event(), CTX.Event()
-    holder = spawn(parts_writer.hold_part, location=path, part="rank0", world_ids=[0, 1], frames=5, ready=ready,
-                   release=release)
-    try:
-        wait_for(ready.is_set, "the holder committed", [holder])
+    with rank0_held(path):
         refusals = {
             "a world of rank0": dict(world_ids=[7, 1]),
             "another model": dict(model=bundle(parts_writer.hinge_chain_xml(parts_writer.NQ + 1))),
@@ -333,10 +337,6 @@ def test_parts_that_differ_from_the_root_or_each_other_are_refused(tmp_path):
             assert archive.parts == ("rank0",) and archive.world_ids == (0, 1) and archive.frames_of(0) == 5
         with create(path, "rank1", [7]) as w:  # the name is still free for a part that fits
             w.append(*expected([7], 0, 2))
-    finally:
-        release.set()
-        holder.join(DEADLINE_S)
-        stop_all([holder])
     with mjarchive.open(path) as archive:
         assert archive.parts == ("rank0", "rank1") and archive.world_ids == (0, 1, 7)
         assert archive.verify().ok
