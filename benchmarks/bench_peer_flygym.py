@@ -181,22 +181,13 @@ def render_trajectories(m: mujoco.MjModel, qpos_per_world: list[np.ndarray], cam
 def build_model() -> tuple[str, object, mujoco.MjModel, float, str, object]:
     """(name, what mjarchive bundles, compiled model, playback_speed, camera, flygym module or None)."""
     if importlib.util.find_spec("flygym") is not None:
+        import flygym
+
+        from mjarchive.testing import neuromechfly_world
+
+        world, _camera = neuromechfly_world()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import flygym
-            from flygym.anatomy import ActuatedDOFPreset, AxisOrder, JointPreset, Skeleton
-            from flygym.compose import ActuatorType, FlatGroundWorld, KinematicPosePreset, NeuroMechFly
-            from flygym.utils.math import Rotation3D
-
-            fly = NeuroMechFly()
-            skeleton = Skeleton(axis_order=AxisOrder.YAW_PITCH_ROLL, joint_preset=JointPreset.ALL_BIOLOGICAL)
-            pose = KinematicPosePreset.NEUTRAL
-            fly.add_joints(skeleton, neutral_pose=pose)
-            fly.add_actuators(skeleton.get_actuated_dofs_from_preset(ActuatedDOFPreset.LEGS_ACTIVE_ONLY),
-                              ActuatorType.POSITION, neutral_input=pose, kp=50.0)
-            fly.add_tracking_camera()
-            world = FlatGroundWorld()
-            world.add_fly(fly, (0, 0, 0.7), Rotation3D("quat", (1, 0, 0, 0)))
             m, _ = world.compile()
         camera = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, m.ncam - 1)
         version = getattr(flygym, "__version__", None) or _dist_version("flygym")

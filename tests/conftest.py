@@ -53,7 +53,7 @@ def real_model_xml(request, humanoid_xml, aloha_xml, mug_xml) -> Path:
 # Modules whose tests load multithreaded array runtimes (JAX, torch) into the test process; they run
 # last, so no later test forks a process (render workers, the hostile-input harness) while those
 # runtimes' threads may hold locks.
-RUN_LAST = ("test_recorder_arrays.py",)
+RUN_LAST = ("test_recorder_arrays.py", "test_rollout.py", "test_playground.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

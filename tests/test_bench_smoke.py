@@ -226,3 +226,23 @@ def test_bench_parts_quick_prints_metrics(tmp_path):
         assert math.isfinite(value) and value > 0, (name, value)
     assert metrics["target.open_select_parts8_le_1.5x_single"] in ("PASS", "FAIL")
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+def test_bench_rollout_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_rollout.py --quick: record_rollout of scanned JAX arrays next to a bare gather +
+    host copy of the same rows; the archive holds the input rows at the cadence's steps, and only the
+    selected rows were copied (it says why it skips without JAX)."""
+    proc, metrics = _run_quick(BENCH.parent / "bench_rollout.py", tmp_path, timeout=180)
+    if "jax.skipped" in metrics:
+        pytest.skip(metrics["jax.skipped"])
+    assert metrics["check.archive_equals_input_rows"] == "True", proc.stdout[-3000:]
+    assert metrics["check.bytes_copied_exact"] == "True", proc.stdout[-3000:]
+    names = ["record_rollout.us_per_frame_best", "record_rollout_reset.us_per_frame_best",
+             "jit_gather.us_per_frame_best", "ratio.record_rollout_vs_jit_gather_best",
+             "ratio.record_rollout_reset_vs_jit_gather_best"]
+    for name in names:
+        value = float(metrics[name])
+        assert math.isfinite(value) and value > 0, (name, value, proc.stdout[-2000:])
+    assert float(metrics["bytes_copied_per_frame"]) == 16 * (28 + 27) * 4  # selected rows only
+    assert metrics["target.record_rollout_vs_jit_gather_le_1.5"] in ("PASS", "FAIL")
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

@@ -100,8 +100,9 @@ def test_no_two_modules_import_each_other():
 
 def test_modules_live_in_their_wings():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    # gymnasium.py, mjlab.py: the public faces of record/gymnasium.py and record/mjlab.py.
-    assert top == ["__init__.py", "__main__.py", "_errors.py", "_fs.py", "gymnasium.py", "mjlab.py", "testing.py"]
+    # flygym.py, gymnasium.py, mjlab.py, playground.py: the public faces of their record/ modules.
+    assert top == ["__init__.py", "__main__.py", "_errors.py", "_fs.py", "flygym.py", "gymnasium.py", "mjlab.py",
+                   "playground.py", "testing.py"]
     for wing in WINGS:
         doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
         assert doc, f"{wing}/__init__.py needs a docstring saying what the wing is for"
@@ -110,7 +111,8 @@ def test_modules_live_in_their_wings():
 def test_import_mjarchive_stays_light():
     code = ("import mjarchive, sys; "
             "heavy = [m for m in sys.modules if m.partition('.')[0] in "
-            "('warp', 'mujoco_warp', 'imageio', 'dask', 'gymnasium', 'jax', 'torch', 'cupy')]; "
+            "('warp', 'mujoco_warp', 'imageio', 'dask', 'gymnasium', 'jax', 'torch', 'cupy', 'flygym', "
+            "'mujoco_playground')]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 

@@ -38,12 +38,37 @@ __all__ = [
     "crash_expected",
     "crash_time",
     "decode_video",
+    "neuromechfly_world",
     "deterministic_frames",
     "frame_selections",
     "hinge_chain_xml",
     "run_crash_trial",
     "world_selections",
 ]
+
+
+def neuromechfly_world() -> tuple[Any, str]:
+    """(world, tracking camera name): NeuroMechFly (all biological joints, position actuators on the
+    legs, a tracking camera) in a flat world, built by flygym 2.x's own composition code (flygym is
+    imported here; its deprecation warnings are silenced)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from flygym.anatomy import ActuatedDOFPreset, AxisOrder, JointPreset, Skeleton
+        from flygym.compose import ActuatorType, FlatGroundWorld, KinematicPosePreset, NeuroMechFly
+        from flygym.utils.math import Rotation3D
+
+        fly = NeuroMechFly()
+        skeleton = Skeleton(axis_order=AxisOrder.YAW_PITCH_ROLL, joint_preset=JointPreset.ALL_BIOLOGICAL)
+        pose = KinematicPosePreset.NEUTRAL
+        fly.add_joints(skeleton, neutral_pose=pose)
+        fly.add_actuators(skeleton.get_actuated_dofs_from_preset(ActuatedDOFPreset.LEGS_ACTIVE_ONLY),
+                          ActuatorType.POSITION, neutral_input=pose, kp=50.0)
+        camera = fly.add_tracking_camera()
+        world = FlatGroundWorld()
+        world.add_fly(fly, (0, 0, 0.7), Rotation3D("quat", (1, 0, 0, 0)))
+    return world, camera.name if "/" in camera.name else f"{fly.name}/{camera.name}"
 
 
 def decode_video(path: Any) -> tuple[np.ndarray, float]:

@@ -1,4 +1,4 @@
-"""The `mjarchive` command line: inspect, verify, compact, export, render, preview and view archives; run the demo.
+"""The `mjarchive` command line: inspect, verify, compact, import, export, render, preview and view archives; demo.
 
 Every command is a thin layer over the Python API. Expected failures (an MjArchiveError, bad
 input, a missing file) print one line on stderr and exit non-zero; `--debug` shows the traceback.
@@ -17,6 +17,7 @@ from pathlib import Path
 from .._errors import MjArchiveError, SelectionError
 from ..archive.reader import parse_selection
 from ..replay.backends.registry import BACKENDS
+from .importing import add_import_sources
 from .info import archive_info, format_info
 
 __all__ = ["main", "parse_range", "parse_size"]
@@ -392,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_storage(p)
     p.set_defaults(func=cmd_compact)
+
+    p = add("import", "turn another tool's recordings into one archive (a folder of flygym .npz files)",
+            "mjarchive import flygym trajectories/ --model nmf/flat_ground_world.xml -o run.mjarchive")
+    add_import_sources(p, _Parser, _add_storage, _storage_options)
 
     p = add("export-model", "write the bundled model (model.xml and its assets) to a directory",
             "mjarchive export-model run.mjarchive model/ && python -m mujoco.viewer --mjcf=model/model.xml")

@@ -39,7 +39,7 @@ import numpy as np
 
 from .._errors import AppendError
 
-__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "LIBRARIES"]
+__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "to_host", "LIBRARIES"]
 
 #: The array libraries `library_of` recognizes, by the top-level module of the array's type.
 LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
@@ -48,6 +48,16 @@ LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", 
 def library_of(x: Any) -> str | None:
     """'numpy', 'jax', 'torch', 'cupy' or 'warp' for an array of that library, else None."""
     return LIBRARIES.get(type(x).__module__.partition(".")[0])
+
+
+def to_host(x: Any) -> np.ndarray:
+    """An array of any library as a NumPy array (one device→host copy where it lies elsewhere)."""
+    library = library_of(x)
+    if library == "torch":
+        return x.detach().cpu().numpy()
+    if library == "cupy":
+        return x.get()
+    return np.asarray(x)
 
 
 def on_host(library: str, arrays: dict[str, Any]) -> bool:
@@ -128,6 +138,14 @@ class ArrayGatherer:
         if not _is_bool_or_int(mask.dtype):
             raise AppendError(f"reset must be a boolean (or integer) mask, got dtype {mask.dtype}")
         self._lib.accumulate_reset(mask)
+
+    def take_device_resets(self, into: np.ndarray) -> None:
+        """OR the resets accumulated on the device since the last gathered frame into `into`, a host
+        mask over all worlds (a rollout recorded after `record()` calls carries them on)."""
+        acc = self._lib._acc
+        if acc is not None:
+            into |= to_host(acc) != 0
+            self._lib._acc = None
 
     def gather(self, arrays: dict[str, Any], time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
+
 from .._errors import AppendError, MjArchiveError
 
 __all__ = ["Cadence"]
@@ -46,3 +48,29 @@ class Cadence:
     @property
     def time(self) -> float:
         return self.clock * self.timestep
+
+    def advance_many(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`advance` over a sequence of finite batch times at once: (indices of the steps that are
+        frames, their stored times); the clock ends where the per-step calls would leave it."""
+        if not len(times):
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        m = np.rint(times / self.timestep)
+        if np.abs(m).max() > 2**40:  # beyond int64's room for (clock * q): Python's integers
+            due, stamps = [], []
+            for i, t in enumerate(times.tolist()):
+                if self.advance(t):
+                    due.append(i)
+                    stamps.append(self.time)
+            return np.asarray(due, np.int64), np.asarray(stamps, np.float64)
+        m = m.astype(np.int64)
+        if self.clock is None:
+            self.clock = self._n0 = self._last_m = int(m[0])
+        prev = np.concatenate(([self._last_m], m[:-1]))
+        clock = self.clock + np.cumsum(np.where(m >= prev, m - prev, np.maximum(m, 0)))
+        frame = ((clock - self._n0) * self._q) // self._p  # the last frame k with ceil(k * r) <= the step
+        due = frame >= self._next_k
+        due[1:] &= frame[1:] > frame[:-1]
+        self.clock, self._last_m = int(clock[-1]), int(m[-1])
+        self._next_k = max(self._next_k, int(frame[-1]) + 1)
+        index = np.flatnonzero(due)
+        return index, clock[index] * self.timestep

@@ -36,6 +36,7 @@ from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_h
 from .block_sink import BlockSink
 from .cadence import Cadence
 from .overlay_frames import select_overlays
+from . import rollout
 from .recorder_args import (WarpFields, as_indices, check_first_shapes, match_writer, ordered_fields, scalar_time,
                             track_specs)
 from .variants_capture import RecorderVariants, sim_model_kind
@@ -129,6 +130,9 @@ class Recorder:
         self._nworld: int | None = None
         self._reset_acc: np.ndarray | None = None
         self.frames_recorded = 0
+        self._rollout_bytes = 0
+        self._rollout_signature: list | None = None  # the last rollout's array types, shapes and dtypes
+        self._rollout_kind: tuple[str, int] | None = None  # its library and row bytes
         self._backend_unknown = False
         self._sim_kind = sim_model_kind(sim_model)
         declared = (path_or_writer.manifest.variants if isinstance(path_or_writer, ArchiveWriter)
@@ -190,7 +194,7 @@ class Recorder:
     @property
     def bytes_copied(self) -> int:
         """Warp and array paths: state bytes gathered and copied to the host so far (0 for MjData)."""
-        return 0 if self._gatherer is None else self._gatherer.bytes_copied
+        return self._rollout_bytes + (0 if self._gatherer is None else self._gatherer.bytes_copied)
 
     def record(self, data: Any = None, *, reset: Any = None, time: Any = None, overlays: Mapping | None = None,
                **arrays: Any) -> bool:
@@ -274,6 +278,80 @@ class Recorder:
         if refused is not None:
             raise refused
         return True
+
+    def record_rollout(self, states: Any = None, *, time: Any = None, reset: Any = None, **arrays: Any) -> int:
+        """Record a rollout of many steps at once (`jax.lax.scan`, Playground, MJX, Brax); returns
+        the number of frames recorded.
+
+        `states`: the stacked states, leading dimensions (steps, nworld): an MJX Data, or a State with
+        `.data` (Playground) or `.pipeline_state` (Brax's MJX backend), whose `.done` is the reset mask
+        unless `reset` is given (right behind an auto-reset wrapper, whose done worlds hold their reset
+        state); or no `states` and the arrays by name: `record_rollout(qpos=(T, W, nq), time=...,
+        reset=..., mocap_pos=..., mocap_quat=..., **tracks)`, NumPy, JAX, torch or CuPy (one library).
+
+        The frames are the steps a `record()` call per step would keep (the same cadence, continued
+        across calls, so a training loop can hand over one scanned chunk after another). `time`: each
+        step's simulation time in seconds, (steps,) or (steps, nworld) (world 0's column is the
+        clock); default `data.time`. `reset` (steps, nworld): True where a world's state at that step
+        is the first of a new episode (e.g. Playground's auto-reset `done`); a frame starts an
+        episode if its world reset at any step since the previous frame.
+
+        Only the time column and the selected worlds' reset mask are read before the gather; then the
+        frames' steps × the selected worlds of every field are gathered on the arrays' device by their
+        library, in one operation, and only those rows are copied to the host (`bytes_copied` grows by
+        frames × worlds × a row's bytes in the arrays' own dtypes: `row_bytes` for float32) and handed
+        to the writer as one block. A frame the writer refuses (a NaN, say) is left out: the rollout's
+        other frames are kept and the refusal is raised after them, as is one of a frame from earlier
+        `record()` calls, handed over first.
+        """
+        if self._closed:
+            raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
+        if self._sim_kind is not None:
+            raise BackendError("sim_model captures variants at record() calls, one step at a time; record a "
+                               "rollout's variant values with rec.set_variant(world_ids, field=...)")
+        shapes = self._field_shapes()
+        arrays, time, reset, backend = rollout.rollout_arrays(states, arrays, time, reset, shapes)
+        if arrays.keys() != shapes.keys():
+            arrays = ordered_fields(arrays, shapes)
+        signature = [(type(a), tuple(getattr(a, "shape", ())), getattr(a, "dtype", None)) for a in arrays.values()]
+        if signature != self._rollout_signature:  # checked once per kind of rollout
+            library, steps, nworld = rollout.check_rollout(arrays, shapes)
+            row_bytes = sum(rollout.row_itemsize(n, a) * math.prod(shapes[n]) for n, a in arrays.items())
+            self._rollout_signature, self._rollout_kind = signature, (library, row_bytes)
+        library, row_bytes = self._rollout_kind
+        steps, nworld = signature[0][1][:2]
+        if self._gatherer is not None and not isinstance(self._gatherer, ArrayGatherer):
+            raise AppendError(f"this Recorder records {self._kind} data step by step; record rollouts with a "
+                              "Recorder of their own")
+        self._start(nworld, backend or library)
+        times = rollout.step_times(time, steps)  # checked before any state changes
+        mask = rollout.selected_resets(reset, steps, nworld, self._sel)
+        refused = None  # a writer refusal: raised once every frame of the rollout is handed over
+        if self._gatherer is not None:  # frames of earlier record() calls reach the writer first
+            self._gatherer.take_device_resets(self._reset_acc)
+            try:
+                self._gatherer.drain_all()
+            except AppendError as exc:
+                refused = exc
+        due, stamps = self._cadence.advance_many(times)
+        pending = self._reset_acc[self._sel]
+        rows, tail = rollout.frame_resets(mask, due, pending, len(self._sel))
+        self._reset_acc[:] = False
+        self._reset_acc[self._sel] = tail
+        self._reset_pending = bool(tail.any())
+        per_part = max(1, rollout.MAX_BLOCK_BYTES // max(1, len(self._sel) * row_bytes))
+        for a in range(0, len(due), per_part):
+            part = slice(a, a + per_part)
+            fields = rollout.gather_rows(library, arrays, due[part], self._sel)
+            self._rollout_bytes += len(due[part]) * len(self._sel) * row_bytes
+            self.frames_recorded += len(due[part])
+            try:  # a refused frame (a NaN, say) costs neither its part's other frames nor later parts
+                self._sink.append_block(stamps[part], fields, rows[part])
+            except AppendError as exc:
+                refused = refused or exc
+        if refused is not None:
+            raise refused
+        return len(due)
 
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record values of declared `variant_fields` for recorded worlds, in force from `frame` on.

@@ -9,6 +9,7 @@ run units on several threads of one process.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import hashlib
@@ -28,6 +29,8 @@ __all__ = ["RenderUnit", "UnitResult", "archive_for", "model_for", "renderer_for
 
 _CACHE_SIZE = 4
 _LOCAL = threading.local()
+_RENDERER_CACHES: list[collections.OrderedDict] = []  # every thread's, closed at exit (`_close_renderers`)
+_CLOSE_AT_EXIT_REGISTERED = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +89,7 @@ def _cache(kind: str) -> collections.OrderedDict:
     caches = getattr(_LOCAL, "caches", None)
     if caches is None:
         caches = _LOCAL.caches = {k: collections.OrderedDict() for k in ("archives", "models", "renderers")}
+        _RENDERER_CACHES.append(caches["renderers"])
     return caches[kind]
 
 
@@ -96,6 +100,13 @@ def cached(kind: str, key: Any, make: Callable[[], Any]) -> Any:
         cache.move_to_end(key)
         return cache[key]
     value = cache[key] = make()
+    global _CLOSE_AT_EXIT_REGISTERED
+    if kind == "renderers" and not _CLOSE_AT_EXIT_REGISTERED:
+        # Registered after the first renderer made its GL context, so it runs before MuJoCo's own
+        # exit hook tears EGL down (atexit runs last-in first-out); freed later, a context whose
+        # display another renderer released meanwhile fails noisily at interpreter exit.
+        atexit.register(_close_renderers)
+        _CLOSE_AT_EXIT_REGISTERED = True
     while len(cache) > _CACHE_SIZE:
         old_key, old = cache.popitem(last=False)
         if kind == "renderers" and hasattr(old, "close"):
@@ -103,6 +114,18 @@ def cached(kind: str, key: Any, make: Callable[[], Any]) -> Any:
         elif kind == "archives":
             _close_archive(old_key, old)
     return value
+
+
+def _close_renderers() -> None:
+    """Close every cached renderer (at interpreter exit)."""
+    for cache in _RENDERER_CACHES:
+        while cache:
+            renderer = cache.popitem()[1]
+            try:
+                if hasattr(renderer, "close"):
+                    renderer.close()
+            except Exception:  # exiting: nothing left to tell
+                pass
 
 
 def _lent() -> dict:
