@@ -310,3 +310,21 @@ def test_a_refused_frame_of_earlier_record_calls_costs_no_frame_of_the_rollout(t
     got = _read(tmp_path / "a")
     assert_array_equal(got["time"], np.asarray(kept) * DT)
     assert_array_equal(got["qpos"], fields["qpos"][np.ix_(kept, SEL)])
+
+
+def test_a_state_with_named_tracks(tmp_path, mocap_xml):
+    """Tracks a State does not hold are named next to it; a named field stands in for the State's."""
+    from types import SimpleNamespace
+
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, reset = _rollout(model)
+    t = np.repeat((np.arange(STEPS) * DT)[:, None], NWORLD, axis=1)
+    data = SimpleNamespace(qpos=fields["qpos"] + 1, mocap_pos=fields["mocap_pos"], mocap_quat=fields["mocap_quat"],
+                           time=t)
+    states = SimpleNamespace(data=data, done=reset)
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
+        rec.record_rollout(states, reward=fields["reward"], qpos=fields["qpos"])
+    expected = _per_step(tmp_path / "b", mocap_xml, fields, reset)
+    got = _read(tmp_path / "a")
+    for key in ("qpos", "reward", "reset", "time"):
+        assert_array_equal(got[key], expected[key], err_msg=key)

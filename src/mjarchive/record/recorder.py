@@ -286,7 +286,8 @@ class Recorder:
         `states`: the stacked states, leading dimensions (steps, nworld): an MJX Data, or a State with
         `.data` (Playground) or `.pipeline_state` (Brax's MJX backend), whose `.done` is the reset mask
         unless `reset` is given (right behind an auto-reset wrapper, whose done worlds hold their reset
-        state); or no `states` and the arrays by name: `record_rollout(qpos=(T, W, nq), time=...,
+        state), with tracks it does not hold named (`record_rollout(states, reward=states.reward)`);
+        or no `states` and the arrays by name: `record_rollout(qpos=(T, W, nq), time=...,
         reset=..., mocap_pos=..., mocap_quat=..., **tracks)`, NumPy, JAX, torch or CuPy (one library).
 
         The frames are the steps a `record()` call per step would keep (the same cadence, continued

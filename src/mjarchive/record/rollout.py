@@ -37,19 +37,18 @@ def rollout_arrays(rollout: Any, arrays: dict[str, Any], time: Any, reset: Any,
                    shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, Any], Any, Any, str | None]:
     """(fields, time, reset, backend) from `record_rollout`'s arguments: a stacked MJX Data, an object
     with ``.data`` (a Playground State) or ``.pipeline_state`` (a Brax State; either's ``.done`` is the
-    reset mask), or named arrays."""
+    reset mask), or named arrays; arrays named with a rollout are tracks it does not hold
+    (``reward=states.reward``) or stand in for its fields."""
     backend = None
     if rollout is not None:
-        if arrays:
-            raise AppendError("pass either a rollout (a stacked State or MJX Data) or named arrays "
-                              "(record_rollout(qpos=..., time=...)), not both")
         data = rollout if is_mjx_data(rollout) else getattr(rollout, "data", None)
         if data is None:  # a Brax State: its MJX pipeline's state is an MJX Data
             data = getattr(rollout, "pipeline_state", None)
         if data is None or not hasattr(data, "qpos"):
             raise AppendError(f"record_rollout() takes a stacked MJX Data, a State with .data (Playground) or "
                               f".pipeline_state (Brax's MJX backend) or named arrays, got {type(rollout).__name__}")
-        arrays = {name: getattr(data, name) for name in shapes if hasattr(data, name)}
+        arrays = {**{name: getattr(data, name) for name in shapes if name not in arrays and hasattr(data, name)},
+                  **arrays}
         if time is None:
             time = getattr(data, "time", None)
         if reset is None and data is not rollout:
