@@ -90,8 +90,8 @@ class ArchiveWriter:
     """Appends frames to an archive from one thread; compression and I/O run on a background thread.
 
     Use as a context manager, or call `close()`. Frames become visible to readers (and survive a
-    crash) when committed: each time a chunk of `chunk_frames` frames fills up, on `flush()` and on
-    `close()`. It holds the archive's writer lease until `close()` (one writer per archive); if
+    crash) when committed: each time a chunk of `chunk_frames` frames fills up (once it is stored,
+    while the next chunk fills), on `flush()` and on `close()`. It holds the archive's writer lease until `close()` (one writer per archive); if
     another writer takes the lease over, it finishes at most the write cycle under way (see the spec,
     "Writer lease"), then writes nothing more and raises WriterLockedError.
     """
@@ -143,10 +143,9 @@ class ArchiveWriter:
         except KeyError as exc:
             raise FormatError(f"the archive is missing its array {exc}") from None
         self._variants.check_resumed()
-        try:
-            self._buffer = {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
-        except MemoryError:
-            raise MjArchiveError(f"a chunk buffer of {cf} frames × {W} worlds does not fit in memory") from None
+        self._buffer = self._new_buffer()
+        self._spare: dict[str, np.ndarray] | None = None  # the other buffer, allocated at the first whole chunk
+        self._in_flight: tuple[int, list] | None = None  # (frame count to commit, its store writes)
         self._buffer_start = (n_frames // cf) * cf
         self._buffer_fill = n_frames - self._buffer_start
         if n_frames:
@@ -373,6 +372,10 @@ class ArchiveWriter:
         try:
             while True:
                 with self._cond:
+                    idle = not self._pending and self._flush_done == self._flush_requested
+                if idle:  # commit what is stored before waiting for more frames
+                    self._finish_cycle()
+                with self._cond:
                     while not self._pending and self._flush_done == self._flush_requested and not self._closed:
                         self._cond.wait()
                     if not self._pending and self._flush_done == self._flush_requested and self._closed:
@@ -390,7 +393,9 @@ class ArchiveWriter:
                         done += take
                         self._buffer_fill += take
                         if self._buffer_fill == cf:
-                            self._write_buffer(cf)
+                            # Stored and committed while the other buffer fills with the next chunk.
+                            self._write_buffer(cf, wait=False)
+                            self._buffer, self._spare = self._spare or self._new_buffer(), self._buffer
                             self._buffer_start += cf
                             self._buffer_fill = 0
                     with self._cond:
@@ -399,6 +404,7 @@ class ArchiveWriter:
                 else:
                     if self._buffer_fill:
                         self._write_buffer(self._buffer_fill)
+                    self._finish_cycle()
                     with self._cond:
                         self._flush_done = flush_ticket
                         self._cond.notify_all()
@@ -407,22 +413,48 @@ class ArchiveWriter:
                 self._error = exc
                 self._cond.notify_all()
 
-    def _write_buffer(self, n: int) -> None:
-        """Write buffer rows [0, n) at the buffer's start, then commit."""
+    def _write_buffer(self, n: int, wait: bool = True) -> None:
+        """Write buffer rows [0, n) at the buffer's start, then commit; with `wait=False`, whole shards
+        are stored in the background and committed by `_finish_cycle` (the buffer must not change until
+        then)."""
+        self._finish_cycle()  # one write cycle at a time: the lease renewal covers one
         start, stop = self._buffer_start, self._buffer_start + n
         if self._lease is not None:  # a writer that lost its lease writes nothing, not even chunks
             self._lease.renew()
         if self._arrays.capacity() < stop:
             grow = self.manifest.chunk_frames * 16
             self._arrays.resize(((stop + grow - 1) // grow) * grow)
+        puts = []
         for name, arr in self._arrays.arrays.items():
             fast = self._arrays.shard_writers.get(name)
-            if fast is not None and fast.write(start, self._buffer[name][:n]):
-                continue
-            arr[start:stop] = self._buffer[name][:n]
+            stored = fast.write_async(start, self._buffer[name][:n]) if fast is not None else None
+            if stored is None:
+                arr[start:stop] = self._buffer[name][:n]
+            else:
+                puts += stored
+        self._in_flight = (stop, puts)
+        if wait:
+            self._finish_cycle()
+
+    def _finish_cycle(self) -> None:
+        """Wait until the chunks of the write cycle under way are stored, then commit them."""
+        if self._in_flight is None:
+            return
+        stop, puts = self._in_flight
+        self._in_flight = None
+        for put in puts:
+            put.result()
         if stop > self._n_committed:
             self._variants.write(stop, self._cond)
             self._commit(stop, "live")
+
+    def _new_buffer(self) -> dict[str, np.ndarray]:
+        cf = self.manifest.chunk_frames
+        try:
+            return {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+        except MemoryError:
+            raise MjArchiveError(f"a chunk buffer of {cf} frames × {len(self.world_ids)} worlds does not fit in "
+                                 "memory") from None
 
     def _commit(self, n_frames: int, status: str) -> None:
         """The commit record: one atomic write that readers trust. A live commit of a format 1.1 archive

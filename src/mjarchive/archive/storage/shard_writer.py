@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import google_crc32c
@@ -189,10 +189,18 @@ class ShardWriter:
     def write(self, start: int, data: np.ndarray) -> bool:
         """Store `data` at `array[start:start + len(data)]` if that region is whole shards along axis 0
         and covers the other axes completely; returns False (nothing written) otherwise."""
+        puts = self.write_async(start, data)
+        for put in puts or ():
+            put.result()
+        return puts is not None
+
+    def write_async(self, start: int, data: np.ndarray) -> list[Future] | None:
+        """`write` without waiting: the futures of the shards' store writes, or None (nothing written).
+        `data` must stay unchanged until they are all done."""
         shape = tuple(self.array.shape)
         S = self.shard_shape
         if data.shape[1:] != shape[1:] or start % S[0] or len(data) % S[0] or start + len(data) > shape[0]:
-            return False
+            return None
         grid = [math.ceil(n / s) for n, s in zip(shape, S)]
         jobs = []  # (shard coordinates, what _encode_async returned)
         pool = _executor()
@@ -203,14 +211,18 @@ class ShardWriter:
                 region = data[(slice(t * S[0], (t + 1) * S[0]),
                                *(slice(l, min(l + s, n)) for l, s, n in zip(lo[1:], S[1:], shape[1:])))]
                 jobs.append((coords, self._encode_async(region, pool)))
-        # Each shard is stored as soon as it is encoded, while later shards are still compressing;
-        # all are stored before returning (the caller commits only then).
+        # Each shard is stored as soon as it is encoded, while later shards are still compressing.
         store_path, meta = self.array.store_path, self.array.metadata
-        puts = [_io_executor().submit(sync, (store_path / meta.encode_chunk_key(coords)).set(self._assemble(*parts)))
+        return [_io_executor().submit(self._store, store_path / meta.encode_chunk_key(coords), *parts)
                 for coords, parts in jobs]
-        for put in puts:
-            put.result()
-        return True
+
+    def _store(self, path: Any, n_present: int, parts: list) -> None:
+        data = self._assemble(n_present, parts)
+        write_now = getattr(path.store, "write_now", None)
+        if write_now is not None:  # mjarchive's CheckedStore writes a local file in this thread, no hops
+            write_now(path.path, data)
+        else:
+            sync(path.set(default_buffer_prototype().buffer.from_bytes(data)))
 
     def _encode_async(self, region: np.ndarray, pool: ThreadPoolExecutor) -> tuple[int, list]:
         """Start compressing the inner chunks of one shard whose in-bounds part is `region`."""
@@ -222,28 +234,35 @@ class ShardWriter:
             full[...] = self.fill_value
             full[tuple(slice(0, n) for n in region.shape)] = region
             region = full
+        # split[(:,) * a + (i,)] is inner chunk i (a view); chunks from n_present on lie outside the array.
         split = region.reshape(region.shape[:a] + (self.chunks_per_shard[a], c) + region.shape[a + 1:])
-        chunks = np.moveaxis(split, a, 0)[:n_present]  # a view: chunks[i] is inner chunk i
         dtype = self.dtype
 
         def encode(lo: int, hi: int) -> list[bytes]:
-            # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, one
-            # copy per batch of chunks: a batch's copy is ~2x cheaper than chunk by chunk.
-            block = chunks[lo:hi]
-            if self.order is not None:
-                block = block.transpose(0, *(1 + i for i in self.order))
-            block = np.ascontiguousarray(block, dtype=dtype)
-            if self.serializer:
-                return [self.compressor.encode(chunk) for chunk in block]
-            rows = block.reshape(hi - lo, -1).view(np.uint8)
-            return [row.tobytes() if self.compressor is None else self.compressor.encode(row) for row in rows]
+            # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, in two
+            # steps per 8 chunks: their rows, in region order (long runs), then the transpose, in cache:
+            # 3x cheaper than one strided copy of a batch, and the encoder reads the result from cache.
+            encoded = []
+            for k in range(lo, hi, 8):
+                j = min(k + 8, hi)
+                rows = np.ascontiguousarray(split[(slice(None),) * a + (slice(k, j),)], dtype=dtype)
+                block = np.moveaxis(rows, a, 0)
+                if self.order is not None:
+                    block = block.transpose(0, *(1 + i for i in self.order))
+                block = np.ascontiguousarray(block)
+                if self.serializer:
+                    encoded += [self.compressor.encode(chunk) for chunk in block]
+                    continue
+                flat = block.reshape(j - k, -1).view(np.uint8)
+                encoded += [row.tobytes() if self.compressor is None else self.compressor.encode(row) for row in flat]
+            return encoded
 
         if self.compressor is None:
             return n_present, [encode(0, n_present)]
         batch = max(1, math.ceil(n_present / (4 * _WORKERS)))  # few tasks: submitting one costs ~20 us
         return n_present, [pool.submit(encode, lo, min(lo + batch, n_present)) for lo in range(0, n_present, batch)]
 
-    def _assemble(self, n_present: int, parts: list) -> Any:
+    def _assemble(self, n_present: int, parts: list) -> bytes:
         chunks: list[bytes] = []
         for p in parts:
             chunks.extend(p if isinstance(p, list) else p.result())
@@ -254,4 +273,4 @@ class ShardWriter:
         index[:n_present, 0] = np.cumsum(lengths) - lengths
         index_bytes = index.tobytes()
         crc = np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
-        return default_buffer_prototype().buffer.from_bytes(b"".join([*chunks, index_bytes, crc]))
+        return b"".join([*chunks, index_bytes, crc])
