@@ -301,6 +301,7 @@ class ArchiveWriter:
                 with self._cond:
                     self._cond.notify_all()
                 self._thread.join()
+                self._settle_cycle()
             if self._error is not None:
                 self._raise_background_error()
             if self._lease is not None:
@@ -447,6 +448,17 @@ class ArchiveWriter:
         if stop > self._n_committed:
             self._variants.write(stop, self._cond)
             self._commit(stop, "live")
+
+    def _settle_cycle(self) -> None:
+        """After the background thread ended: let the store writes of a cycle it left (it failed
+        mid-cycle) finish, uncommitted, so that nothing writes into the archive once `close()` returns."""
+        if self._in_flight is not None:
+            for put in self._in_flight[1]:
+                try:
+                    put.result()
+                except Exception:  # the thread's own error is the one reported
+                    pass
+            self._in_flight = None
 
     def _new_buffer(self) -> dict[str, np.ndarray]:
         cf = self.manifest.chunk_frames

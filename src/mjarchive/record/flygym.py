@@ -473,9 +473,20 @@ def _publish(out: Any, overwrite: bool, storage_options: dict | None, write: Cal
         shutil.rmtree(aside, ignore_errors=True)
     finally:
         if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+            _remove(work)
         if lock is not None:
             os.close(lock)
+
+
+def _remove(folder: Path, seconds: float = 10.0) -> None:
+    """Delete `folder` (the import's own temporary folder), again while a file written to it as the
+    import was interrupted still lands there, for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder) or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _sweep(parent: Path, prefix: str, limit: int = 100_000) -> None:
