@@ -25,6 +25,7 @@ import math
 import os
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -473,20 +474,23 @@ def _publish(out: Any, overwrite: bool, storage_options: dict | None, write: Cal
         shutil.rmtree(aside, ignore_errors=True)
     finally:
         if work is not None:
-            _remove(work)
+            _remove(work, failed=sys.exc_info()[0] is not None)
         if lock is not None:
             os.close(lock)
 
 
-def _remove(folder: Path, seconds: float = 10.0) -> None:
-    """Delete `folder` (the import's own temporary folder), again while a file written to it as the
-    import was interrupted still lands there, for at most `seconds`."""
+def _remove(folder: Path, failed: bool, seconds: float = 10.0) -> None:
+    """Delete `folder` (the import's own temporary folder). After a failure or an interrupt, a write
+    the import had started may still land there (zarr finishes a write on its own thread when the
+    caller is interrupted): deleted again until it stays gone for a moment, for at most `seconds`."""
     deadline = time.monotonic() + seconds
     while True:
         shutil.rmtree(folder, ignore_errors=True)
+        if not failed and not os.path.lexists(folder):
+            return
+        time.sleep(0.25)
         if not os.path.lexists(folder) or time.monotonic() > deadline:
             return
-        time.sleep(0.05)
 
 
 def _sweep(parent: Path, prefix: str, limit: int = 100_000) -> None:
