@@ -208,7 +208,9 @@ def dir_bytes(path: Path) -> int:
 
 
 def append_archive(path: Path, bundle, qpos, reset, times, layout: Layout, block: int, precision=None) -> float:
-    """Seconds to create an archive and append everything in blocks, including close()."""
+    """Seconds to create an archive and append everything in blocks, including close(). A previous
+    run's archive at `path` is deleted first, untimed: like the baselines, the append starts empty."""
+    shutil.rmtree(path, ignore_errors=True)
     t0 = time.perf_counter()
     with mjarchive.create(path, bundle, n_worlds=qpos.shape[1], chunk_frames=layout.chunk_frames,
                           shard_worlds=layout.shard_worlds, precision=precision, overwrite=True) as writer:

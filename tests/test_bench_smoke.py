@@ -246,3 +246,21 @@ def test_bench_rollout_quick_prints_metrics(tmp_path):
     assert float(metrics["bytes_copied_per_frame"]) == 16 * (28 + 27) * 4  # selected rows only
     assert metrics["target.record_rollout_vs_jit_gather_le_1.5"] in ("PASS", "FAIL")
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+def test_bench_million_quick_prints_metrics(tmp_path):
+    """benchmarks/bench_million.py --quick: the archive built from one written chunk is valid (verify,
+    info's episode count, a selection and episode starts equal the replicated pattern), and every
+    operation prints its big and small times and their ratio, locally and (where moto is) on S3."""
+    proc, metrics = _run_quick(BENCH.parent / "bench_million.py", tmp_path, timeout=300)
+    wheres = ["local"] + ([] if "s3.skipped" in metrics else ["s3"])
+    for where in wheres:
+        checks = [name for name in metrics if name.startswith(f"check.{where}.")]
+        assert len(checks) == 8, proc.stdout[-3000:]
+        assert all(metrics[name].startswith("True") for name in checks), proc.stdout[-3000:]
+        for op in ("open", "info", "select", "render", "seek", "episodes", "verify", "refresh"):
+            for name in (f"{where}.{op}.big_s", f"{where}.{op}.small_s", f"ratio.{where}.{op}"):
+                assert name in metrics, f"{name} missing from the output:\n{proc.stdout[-3000:]}"
+                value = float(metrics[name].split()[0])
+                assert math.isfinite(value) and value > 0, (name, value)
+    assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"

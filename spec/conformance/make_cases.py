@@ -1404,7 +1404,110 @@ def _(out):
     _patch(out, _set(format_version="1.1"))
 
 
+# -- the episode index (1.3) -----------------------------------------------------------------------------
+def _indexed(out: Path, n_frames: int = 3) -> dict:
+    """Worlds 0 and 1 in chunks of 2 frames: reset markers at frame 0 and at frame n_frames // 2 of world 0."""
+    return _write(out, HINGE, [0, 1], n_frames, chunk_frames=2)
+
+
+def _edit_index(out: Path, rows: dict[int, list[int]]) -> None:
+    import zarr
+
+    arr = zarr.open_array(out / "reset_count", mode="r+").with_config({"write_empty_chunks": True})
+    for k, row in rows.items():
+        arr[k] = row
+
+
+def _edit_index_meta(out: Path, change: Callable[[dict], Any]) -> None:
+    path = out / "reset_count" / "zarr.json"
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2))
+
+
+@case("valid-episode-index-partial-row", expect="valid",
+      note="3 frames in chunks of 2: row 0 of reset_count is trusted; row 1 counts the partial last chunk and "
+           "carries no meaning (here it claims a reset of world 1 that reset does not hold)")
+def _(out):
+    expected = _indexed(out)
+    _edit_index(out, {1: [1, 1]})
+    return expected
+
+
+@case("episode-index-disagrees", rule="episode-index", match="reset markers",
+      note="row 0 passes every check on its own (counts 0..1) but differs from reset: a full read refuses it")
+def _(out):
+    _indexed(out)
+    _edit_index(out, {0: [0, 0]})
+
+
+@case("episode-index-beyond-frames", rule="episode-index", match="exceed the frames",
+      note="row 0 counts frames 1..1 of each world: at most 1 marker")
+def _(out):
+    _indexed(out)
+    _edit_index(out, {0: [2, 0]})
+
+
+@case("episode-index-falls", rule="episode-index", match="fall",
+      note="5 frames in chunks of 2: rows 0 and 1 trusted; a count may not fall from one row to the next")
+def _(out):
+    _indexed(out, 5)
+    _edit_index(out, {0: [1, 0], 1: [0, 0]})
+
+
+@case("episode-index-missing", rule="episode-index", match="reset_count",
+      note="a format 1.3 archive without its episode index")
+def _(out):
+    _indexed(out)
+    shutil.rmtree(out / "reset_count")
+
+
+@case("episode-index-chunk-missing", rule="episode-index", match="missing|damaged",
+      note="the stored chunk holding trusted row 0 is gone: damage, never counts of 0")
+def _(out):
+    _indexed(out)
+    (out / "reset_count" / "c" / "0" / "0").unlink()
+
+
+@case("episode-index-chunk-shape", rule="episode-index", match="chunked",
+      note="chunks of 1 row instead of 64 (the bytes stored are unchanged)")
+def _(out):
+    _indexed(out)
+    _edit_index_meta(out, lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=[1, 2]))
+
+
+@case("episode-index-too-long", rule="episode-index", match="far beyond",
+      note="10,000 rows declared for 2 chunks of frames")
+def _(out):
+    _indexed(out)
+    _edit_index_meta(out, lambda d: d.update(shape=[10_000, 2]))
+
+
+@case("episode-index-int32", rule="episode-index", match="dtype",
+      note="the index is int64")
+def _(out):
+    _indexed(out)
+    _edit_index_meta(out, lambda d: d.update(data_type="int32"))
+
+
 # -- writing and comparing -------------------------------------------------------------------------------
+def _with_index(expected: dict, out: Path, node: str = "") -> dict:
+    """`expected` plus, for an archive (or part) of format 1.3, the trusted rows of `reset_count` as the
+    spec derives them from `reset` (the markers after frame 0 up to the end of each whole chunk)."""
+    if "parts" in expected:
+        return {**expected, "parts": {name: _with_index(part, out, f"parts/{name}")
+                                      for name, part in expected["parts"].items()}}
+    attrs = _root_doc(out, node)["attributes"]["mjarchive"]
+    if tuple(int(v) for v in attrs["format_version"].split(".")) < (1, 3) or "reset" not in expected["arrays"]:
+        return expected
+    cf, reset = attrs["storage"]["chunk_frames"], expected["arrays"]["reset"].copy()
+    whole = expected["n_frames"] // cf
+    reset[:1] = False
+    per_chunk = reset[:whole * cf].reshape(whole, cf, -1).sum(axis=1) if whole else np.zeros((0, reset.shape[1]))
+    counts = np.cumsum(per_chunk, axis=0).astype(np.int64).reshape(whole, reset.shape[1])
+    return {**expected, "arrays": {**expected["arrays"], "reset_count": counts}}
+
+
 def _to_json(expected: dict) -> dict:
     if "parts" in expected:
         return {**expected, "parts": {name: _to_json(part) for name, part in expected["parts"].items()}}
@@ -1444,7 +1547,7 @@ def write_cases(directory: Path, *, runtime: bool = False) -> dict[str, dict]:
                         shutil.rmtree(lease)
             index[name] = dict(entry)
             if entry["expect"] == "valid":
-                index[name]["expected"] = _to_json(expected)
+                index[name]["expected"] = _to_json(_with_index(expected, out))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return index

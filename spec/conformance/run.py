@@ -10,7 +10,8 @@ every array, the model bundle with its safety checks, and the compiled model's l
 returns {"n_frames": int, "world_ids": [int], "status": str, "arrays": {name: array-like}}, where
 `arrays` holds the committed frames of `time`, `qpos`, `reset`, `mocap_pos`/`mocap_quat` (when
 nmocap > 0) and every track, and (format 1.1) by store key every overlay array's committed frames
-and the first `n_events` rows of every variant event array. For a multi-part archive (format 1.2)
+and the first `n_events` rows of every variant event array, and (format 1.3) the rows k < n_frames //
+chunk_frames of `reset_count`. For a multi-part archive (format 1.2)
 it returns {"n_frames": int, "world_ids": [int], "status": str, "parts": {name: dict}}: the
 archive's own counts and worlds, and for every joined part, by name, that part read fully as above
 (its own n_frames, world_ids, status and arrays). It refuses an invalid archive by raising an
@@ -68,6 +69,8 @@ def _read_all(archive: Any) -> dict[str, Any]:
             arrays[f"overlays/{name}/text"] = frames.text_bytes
     for field in archive.variant_fields:
         arrays |= {f"variants/{field}/{k}": v for k, v in archive.variant_events(field).items()}
+    if archive._index_docs is not None:  # format 1.3: the episode index's trusted rows (verify compared them)
+        arrays["reset_count"] = archive._index_docs["reset_count"][:archive.n_frames // archive.manifest.chunk_frames]
     return {"n_frames": archive.n_frames, "world_ids": list(archive.world_ids), "status": archive.status,
             "arrays": arrays}
 

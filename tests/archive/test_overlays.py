@@ -32,7 +32,7 @@ def _archive(path, frames=6):
 def test_overlays_read_back_per_frame_and_world(tmp_path):
     _archive(tmp_path / "a.zarr").close()
     with mjarchive.open(tmp_path / "a.zarr") as a:
-        assert a.format_version == "1.2" and set(a.overlays) == set(OVERLAYS)
+        assert a.format_version == "1.3" and set(a.overlays) == set(OVERLAYS)
         assert a.overlays["target"] == OVERLAYS["target"]
         t = a.select().overlay("target")
         assert t.count[:, 0].tolist() == [0, 1, 2, 3, 0, 1] and not t.count[:, 1].any()

@@ -320,7 +320,7 @@ def test_appending_to_a_1_1_archive_keeps_its_version_and_takes_the_lease(tmp_pa
     path = tmp_path / "run.mjarchive"
     new_archive(path, 3)
     doc = json.loads((path / "zarr.json").read_bytes())
-    assert doc["attributes"]["mjarchive"]["format_version"] == "1.2"  # writers of 1.1 refuse to append to it
+    assert doc["attributes"]["mjarchive"]["format_version"] == "1.3"  # writers of 1.1 refuse to append to it
     doc["attributes"]["mjarchive"]["format_version"] = "1.1"
     (path / "zarr.json").write_text(json.dumps(doc))
     with mjarchive.open(path, mode="a") as w:

@@ -126,7 +126,7 @@ def check_conforms(root: Path, bundle_root: Path | None = None) -> dict:
     jsonschema.Draft202012Validator(SCHEMA).validate(attrs)
     bundle_attrs = _zarr_json(bundle_root or root, "model")["attributes"]["mjarchive_bundle"]
     jsonschema.Draft202012Validator(BUNDLE_SCHEMA).validate(bundle_attrs)
-    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.2"
+    assert attrs["format"] == "mjarchive" and attrs["format_version"] == "1.3"
     commit = root / "_commit" / "zarr.json"
     if attrs["status"] == "finalized":
         if commit.exists():  # kept by finalizing, with the final counts (the reader rule ignores it)
@@ -375,7 +375,7 @@ def test_written_multi_part_archive_conforms(tmp_path):
         root = group["attributes"]["mjarchive"]
         jsonschema.Draft202012Validator(PARTS_SCHEMA).validate(root)
         assert set(root) == set(PARTS_SCHEMA["required"]) and root["parts"] == {"created_by": "rank0"}
-        assert root["required_features"] == ["parts"] and root["format_version"] == "1.2"
+        assert root["required_features"] == ["parts"] and root["format_version"] == "1.3"
         assert _zarr_json(path, "parts")["node_type"] == "group"
         parts = {}
         for name in ("rank0", "rank-1"):
@@ -483,7 +483,7 @@ def test_example_reads_back_exactly():
     expected = make_example.expected()
     with mjarchive.open(SPEC / "example") as archive:
         assert archive.world_ids == (3, 11) and archive.n_frames == 5 and archive.status == "finalized"
-        assert archive.format_version == "1.2" and archive.nq == 2 and archive.nmocap == 1
+        assert archive.format_version == "1.3" and archive.nq == 2 and archive.nmocap == 1
         assert archive.output_fps == 32.0 and archive.playback_speed == 1.0 and archive.timestep == 2.0**-7
         assert set(archive.tracks) == {"reward"}
         sel = archive.select()

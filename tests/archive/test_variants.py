@@ -50,7 +50,7 @@ def test_values_in_force_per_world_and_frame(tmp_path, xml):
     _write(tmp_path / "a.zarr", xml).close()
     model = mujoco.MjModel.from_xml_path(str(xml))
     with mjarchive.open(tmp_path / "a.zarr") as a:
-        assert a.format_version == "1.2"
+        assert a.format_version == "1.3"
         assert a.variant_fields == ("geom_rgba", "geom_size")
         assert a.variant_event_counts == {"geom_rgba": 3, "geom_size": 1}
         assert a.variant_changes(3).tolist() == [] and a.variant_changes(7).tolist() == [6]
@@ -155,7 +155,7 @@ def test_archives_without_features_require_none(tmp_path, xml):
     w.append(0.1, _qpos(2))
     w.close()
     root = json.loads((tmp_path / "a.zarr" / "zarr.json").read_text())["attributes"]["mjarchive"]
-    assert root["format_version"] == "1.2"  # for its commit document, which 1.0 readers may ignore
+    assert root["format_version"] == "1.3"  # for its commit document, which 1.0 readers may ignore
     assert not {"required_features", "variants", "overlays"} & set(root)
     assert not (tmp_path / "a.zarr" / "variants").exists() and not (tmp_path / "a.zarr" / "overlays").exists()
 

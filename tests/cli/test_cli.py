@@ -106,12 +106,12 @@ def test_help_shows_an_example_per_command(capsys):
 
 # -- info ---------------------------------------------------------------------------------------------
 def test_info_json(archive):
-    info = json.loads(run_cli("info", archive, "--json", check=True).stdout)
+    info = json.loads(run_cli("info", archive, "--json", "--sizes", check=True).stdout)
     assert DOCUMENTED_KEYS <= set(info) and tuple(info) == INFO_KEYS
     with mjarchive.open(archive) as a:
         time, bundle = a.time, a.bundle
     model = mujoco.MjModel.from_xml_path(str(bundle.export(archive.parent / "info_model")))
-    assert info["format_version"] == "1.2"  # every new archive: live commits use the 1.1 commit document
+    assert info["format_version"] == "1.3"  # every new archive: the 1.3 episode index
     assert (info["required_features"], info["variants"], info["overlays"]) == ([], {}, {})
     assert info["status"] == "finalized"
     assert (info["n_frames"], info["n_worlds"], info["world_ids"]) == (N_FRAMES, 3, list(WORLDS))
@@ -130,8 +130,13 @@ def test_info_json(archive):
     assert info["compression_ratio"] == pytest.approx(raw / info["data_bytes"])
     assert 0 < info["data_bytes"] < info["size_bytes"]
 
-    text = run_cli("info", archive, check=True).stdout
+    text = run_cli("info", archive, "--sizes", check=True).stdout
     assert "finalized" in text and "3, 7, 42" in text and bundle.sha256 in text and "compression" in text
+    # Without --sizes nothing is listed: the cost does not grow with the archive (sizes are null).
+    plain = json.loads(run_cli("info", archive, "--json", check=True).stdout)
+    assert plain == {**info, "size_bytes": None, "data_bytes": None, "compression_ratio": None,
+                     "model": {**info["model"], "stored_bytes": None}}
+    assert "not measured (mjarchive info --sizes" in run_cli("info", archive, check=True).stdout
 
 
 def test_info_live_archive(tmp_path, humanoid_xml):

@@ -275,7 +275,6 @@ def test_episode_starts_are_kept_bounded_and_read_on_as_frames_are_committed(tmp
     from mjarchive.viewer.frames import PoseWindow
 
     monkeypatch.setattr(frames, "MAX_EPISODE_STARTS", 5)
-    monkeypatch.setattr(frames, "RESET_BLOCK", 4)  # several blocks per read
     path = tmp_path / "resets.mjarchive"
     bundle = mjarchive.ModelBundle.from_xml(hinge_chain_xml(2))
     writer = mjarchive.create(path, bundle, world_ids=[7, 8], chunk_frames=4)
@@ -312,13 +311,24 @@ def _reset_archive(path, n: int = 40):
     return sorted({f for f in np.flatnonzero(reset.any(axis=1)).tolist() if f > 0})
 
 
+def test_the_slider_marks_are_the_first_starts_of_any_shown_world(tmp_path):
+    from mjarchive.viewer.frames import PoseWindow
+
+    starts = _reset_archive(tmp_path / "r.mjarchive")
+    with mjarchive.open(tmp_path / "r.mjarchive") as archive:
+        with PoseWindow(archive, archive.model(), [7, 8], [], prefetch=False) as window:
+            assert window.episode_marks(100) == starts  # frame 0 is no mark
+            assert window.episode_marks(5) == starts[:6]  # one more than marked: "too many to mark"
+        with PoseWindow(archive, archive.model(), [8], [], prefetch=False) as window:
+            assert window.episode_marks(2) == [20, 25, 33] and window.episode_count(8) == 4
+
+
 @pytest.mark.parametrize("cap", [3, 10_000])
 def test_episode_navigation_reads_past_the_kept_starts(tmp_path, monkeypatch, cap):
     from mjarchive.viewer import frames
     from mjarchive.viewer.frames import PoseWindow
 
     monkeypatch.setattr(frames, "MAX_EPISODE_STARTS", cap)
-    monkeypatch.setattr(frames, "RESET_BLOCK", 4)  # several blocks per search
     starts = _reset_archive(tmp_path / "r.mjarchive")
     with mjarchive.open(tmp_path / "r.mjarchive") as archive:
         for worlds in ([7, 8], [7], [8]):

@@ -17,6 +17,7 @@ import zarr.codecs
 
 from .bundle.model_bundle import ModelBundle, QposLayout
 from .._errors import FormatError, MjArchiveError
+from .episode_index import INDEX_ROWS, create_index_array, has_index
 from .format import (
     FORMAT_VERSION,
     MAX_CHUNK_BYTES,
@@ -138,6 +139,8 @@ def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifes
     for name, (tail, dt) in manifest.per_frame_arrays().items():
         _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
     create_event_arrays(root, manifest)
+    if has_index(manifest):
+        create_index_array(root, W, shard_worlds)
     write_root(root, manifest.to_dict(0, "live"))
     return root
 
@@ -163,7 +166,8 @@ def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, per_frame: dict[str,
             f"{MAX_DECODED_CHUNK_BYTES}; use a smaller chunk_frames "
             f"(at most {max(1, MAX_DECODED_CHUNK_BYTES // (values * itemsize))})"
         )
-    return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world))
+    # The episode index is chunked (INDEX_ROWS, shard_worlds) of int64: its chunks too stay readable.
+    return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world, MAX_DECODED_CHUNK_BYTES // (INDEX_ROWS * 8)))
 
 
 def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:

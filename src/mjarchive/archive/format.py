@@ -12,7 +12,7 @@ import numpy as np
 from .._errors import FormatError
 
 FORMAT_NAME = "mjarchive"
-FORMAT_VERSION = "1.2"  # the newest this implements, and what new archives are written as
+FORMAT_VERSION = "1.3"  # the newest this implements, and what new archives are written as
 FORMAT_MAJOR = 1
 ROOT_ATTR = "mjarchive"
 #: MAJOR.MINOR: decimal integers of 1-4 ASCII digits without leading zeros ("0" itself excepted), so that
@@ -40,6 +40,8 @@ RESERVED_ARRAYS = frozenset({"time", "qpos", "mocap_pos", "mocap_quat", "reset",
 #: Groups of format 1.1 features: writers refuse them as track names; readers only where the feature is used
 #: (a 1.0 archive may have a track named so).
 FEATURE_GROUPS = frozenset({"variants", "overlays"})
+#: Format 1.3 episode index (spec "Episode index"): reserved as a track name from 1.3 on.
+RESET_COUNT = "reset_count"
 
 STORAGE_DTYPES = frozenset({"float32", "float64"})
 TRACK_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
@@ -102,7 +104,7 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
-def check_track_name(name: str, reserved: frozenset[str] = RESERVED_ARRAYS | FEATURE_GROUPS, what: str = "track") -> str:
+def check_track_name(name: str, reserved: frozenset[str] = RESERVED_ARRAYS | FEATURE_GROUPS | {RESET_COUNT}, what: str = "track") -> str:
     """Validate a user-chosen track (or overlay) name; it becomes a store key."""
     if not isinstance(name, str) or not TRACK_NAME_RE.fullmatch(name) or name in reserved:
         raise FormatError(

@@ -21,6 +21,7 @@ from .format import (
     FEATURE_GROUPS,
     KNOWN_FEATURES,
     RESERVED_ARRAYS,
+    RESET_COUNT,
     MAX_DECODED_CHUNK_BYTES,
     FORMAT_MAJOR,
     FORMAT_NAME,
@@ -535,6 +536,8 @@ def _check_manifest(d: dict) -> None:
 
     # Tracks: names are store keys (a 1.0 archive may name a track like a 1.1 feature it does not use).
     reserved = RESERVED_ARRAYS | {g for g in FEATURE_GROUPS if g in d}
+    if version_at_least(d["format_version"], (1, 3)):
+        reserved |= {RESET_COUNT}  # the episode index (a 1.2 archive may have a track named so)
     for name, entry in tracks.items():
         check_track_name(name, reserved)
         entry = _obj(entry, f"tracks.{name}", ("shape", "dtype"))

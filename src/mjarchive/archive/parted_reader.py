@@ -15,6 +15,7 @@ from .._errors import ArchiveNotFoundError, FormatError, MjArchiveError, Selecti
 from .format import ROOT_ATTR
 from .parts import (PartsBudget, PartsRoot, check_part_name, check_parts_schema, in_part, is_parts_root, list_parts,
                     part_differences, part_document)
+from .episode_index import check_episode_range
 from .reader import Archive, Selection, VerifyReport
 from .storage.locations import open_root_document
 
@@ -179,6 +180,35 @@ class PartedArchive(Archive):
     def episodes(self, world_id: int) -> list[range]:
         return self._ask(world_id, "episodes", world_id)
 
+    def episode_starts(self, worlds: Any, start: int = 0, stop: int | None = None, *,
+                       limit: int | None = None, reverse: bool = False) -> list[int]:
+        """As `Archive.episode_starts`, each world over the frames of its own part."""
+        self._check_open()
+        check_episode_range(start, stop, limit)
+        found: set[int] = set()
+        for g in self._groups(self._world_positions(worlds)):
+            try:
+                ids = [g.reader.world_ids[i] for i in g.local.tolist()]
+                found.update(g.reader.episode_starts(ids, start, stop, limit=limit, reverse=reverse))
+            except MjArchiveError as exc:
+                raise in_part(exc, g.name) from exc
+        return sorted(found, reverse=reverse)[:limit]
+
+    def episode_numbers(self, world_id: int, frames: Any) -> np.ndarray:
+        return self._ask(world_id, "episode_numbers", world_id, frames)
+
+    def episode_counts(self, worlds: Any = None) -> np.ndarray:
+        """Episodes of each selected world in the frames its own part has committed."""
+        self._check_open()
+        positions = self._world_positions(worlds)
+        out = np.zeros(len(positions), np.int64)
+        for g in self._groups(positions):
+            try:
+                out[g.cols] = g.reader._episode_index.counts(g.local)
+            except MjArchiveError as exc:
+                raise in_part(exc, g.name) from exc
+        return out
+
     def variant_changes(self, world_id: int) -> np.ndarray:
         return self._ask(world_id, "variant_changes", world_id)
 
@@ -214,8 +244,9 @@ class PartedArchive(Archive):
         return PartedVariantWindow(windows)
 
     # -- checks and lifecycle --------------------------------------------------------------------------------
-    def verify(self) -> VerifyReport:
-        """Every part's checks (lines prefixed with the part's name) and the shared model bundle's."""
+    def verify(self, progress: Any = None) -> VerifyReport:
+        """Every part's checks (lines prefixed with the part's name) and the shared model bundle's;
+        `progress(done, total)` counts chunks of frames over the parts verified so far."""
         problems: list[str] = []
         checked: list[str] = [f"{len(self._part_names)} parts agree on model, cadence and layout; world IDs disjoint"]
         try:
@@ -228,8 +259,16 @@ class PartedArchive(Archive):
             checked.append("model bundle: hashes")
         except MjArchiveError as exc:
             problems.append(f"model bundle: {exc}")
+        offset = [0, 0]  # chunks done in earlier parts; this part's total
+
+        def part_progress(done: int, total: int) -> None:
+            offset[1] = total
+            if progress is not None:
+                progress(offset[0] + done, offset[0] + total)
+
         for name, reader in self._part_readers.items():
-            report = reader.verify()
+            report = reader.verify(part_progress)
+            offset[0], offset[1] = offset[0] + offset[1], 0
             problems += [f"part {name}: {p}" for p in report.problems]
             checked += [f"part {name}: {c}" for c in report.checked]
         return VerifyReport(problems, checked)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .._errors import MjArchiveError, StorageError
-from .format import ROOT_ATTR
+from .._errors import FormatError, MjArchiveError, StorageError
+from .episode_index import INDEX_ROWS, checked_rows, has_index
+from .format import RESET_COUNT, ROOT_ATTR
 from .manifest import check_schema, root_schema
 from .variants import check_values
 
@@ -31,10 +33,11 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def verify_archive(archive: Any) -> VerifyReport:
-    """Every check a reader can make on an open `Archive`, collected into one report."""
+def verify_archive(archive: Any, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Every check a reader can make on an open `Archive`, collected into one report; `progress(done,
+    total)` is called after each chunk of frames read (of all arrays: total = chunks x arrays)."""
     with np.errstate(all="ignore"):  # hostile values (1e308 - -1e308) are reported, never warned about
-        return _verify(archive)
+        return _verify(archive, progress or (lambda done, total: None))
 
 
 def _damage(exc: MjArchiveError) -> str:
@@ -44,7 +47,7 @@ def _damage(exc: MjArchiveError) -> str:
     return str(exc)
 
 
-def _verify(archive: Any) -> VerifyReport:
+def _verify(archive: Any, progress: Callable[[int, int], None]) -> VerifyReport:
     problems: list[str] = []
     checked: list[str] = []
     n = archive.n_frames
@@ -73,9 +76,13 @@ def _verify(archive: Any) -> VerifyReport:
             checked.append(f"world_id array matches the manifest ({archive.n_worlds} worlds)")
     cf = archive.manifest.chunk_frames
     abs_error = archive.manifest.abs_error
+    streamed = [name for name in archive._arrays if not name.startswith("overlays/")] + list(archive.manifest.overlays)
+    total, done = -(-n // cf) * len(streamed), 0
+    index, index_problem = (_IndexCheck(archive) if has_index(archive.manifest) else None), None
     # One chunk of frames at a time: a huge declared archive streams and stops at its first damage. A
     # missing chunk, shard or inner chunk of committed frames fails the read itself (the archive's
     # CheckedStore refuses it rather than returning fill values), so every read also checks presence.
+    # The episode index is checked against each chunk of `reset` as it is read here (not read twice).
     for name in archive._arrays:
         if name.startswith("overlays/"):
             continue  # checked per overlay below: NaN anchors of labels are data
@@ -83,6 +90,11 @@ def _verify(archive: Any) -> VerifyReport:
             bad_finite, off_grid, previous_time = 0, False, None
             for start in range(0, n, cf):
                 block = archive._read(name, slice(start, min(n, start + cf)), None)
+                if name == "reset" and index is not None and index_problem is None:
+                    try:
+                        index.feed(start // cf, block)
+                    except MjArchiveError as exc:
+                        index_problem = _damage(exc)
                 if block.dtype.kind == "f":
                     bad_finite += int((~np.isfinite(block)).sum())
                 if name == "time" and block.size and np.any(np.diff(block) <= 0):
@@ -95,6 +107,8 @@ def _verify(archive: Any) -> VerifyReport:
                     step = 2 * abs_error
                     if not np.allclose(np.round(block / step) * step, block, rtol=0, atol=1e-7 * np.abs(block).max()):
                         off_grid = True
+                done += 1
+                progress(done, total)
             if off_grid:
                 problems.append(f"{name} values are not on the declared quantization grid ({abs_error})")
             if bad_finite:
@@ -108,12 +122,50 @@ def _verify(archive: Any) -> VerifyReport:
         try:
             for start in range(0, n, cf):
                 archive.select(frames=slice(start, min(n, start + cf))).overlay(name)
+                done += 1
+                progress(done, total)
             checked.append(f"overlay {name!r}: every committed chunk present and decodes, counts within max_count, "
                            "coordinates finite, labels UTF-8")
         except MjArchiveError as exc:
             problems.append(f"overlay {name!r}: {_damage(exc)}")
+    if index is not None:
+        try:
+            if index_problem is None:
+                for k in range(index.next, n // cf):  # `reset` above stopped short: read on, to say why
+                    index.feed(k, archive._read("reset", slice(k * cf, (k + 1) * cf), None))
+                checked.append(f"{RESET_COUNT}: the episode index agrees with every committed reset marker")
+        except MjArchiveError as exc:
+            index_problem = _damage(exc)
+        if index_problem is not None:
+            problems.append(f"{RESET_COUNT}: {index_problem}")
     problems += _verify_variants(archive, checked)
     return VerifyReport(problems=problems, checked=checked)
+
+
+class _IndexCheck:
+    """Every trusted row of the episode index against the reset markers it counts, fed the whole chunks
+    of `reset` in order, its rows read a stored chunk at a time (also checked: counts never fall, never
+    exceed their frames). `next` is the chunk it expects."""
+
+    def __init__(self, archive: Any) -> None:
+        self.archive, self.next, self.rows = archive, 0, np.zeros((0, archive.n_worlds), np.int64)
+        self.running = np.zeros(archive.n_worlds, np.int64)
+
+    def feed(self, k: int, marks: np.ndarray) -> None:
+        archive, cf = self.archive, self.archive.manifest.chunk_frames
+        if k != self.next or k >= archive.n_frames // cf:
+            return
+        if k % INDEX_ROWS == 0:
+            hi = min(archive.n_frames // cf, k + INDEX_ROWS)
+            self.rows = checked_rows(archive._index_docs[RESET_COUNT], k, hi, None, cf)
+        row = self.rows[k % INDEX_ROWS]
+        self.running += np.count_nonzero(marks[1:] if k == 0 else marks, axis=0)
+        if not np.array_equal(row, self.running):
+            w = int(np.flatnonzero(row != self.running)[0])
+            raise FormatError(f"row {k} says world {archive.world_ids[w]} has {int(row[w])} reset markers "
+                              f"in frames 1..{(k + 1) * cf - 1}, but `reset` holds {int(self.running[w])} there; "
+                              "episode counts would be wrong (the archive is damaged)")
+        self.next += 1
 
 
 def _verify_variants(archive: Any, checked: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ from .bundle.model_bundle import ModelBundle
 from .._errors import (AppendError, ArchiveExistsError, ArchiveNotFoundError, ClosedError, FormatError,
                        FormatVersionError, MjArchiveError, StorageError, WriterLockedError)
 from .creation import as_bundle, build_archive, plan_archive, write_root
+from .episode_index import IndexWriter, has_index
 from .format import (
     COMMIT_KEY,
     FORMAT_VERSION,
@@ -143,6 +144,7 @@ class ArchiveWriter:
         except KeyError as exc:
             raise FormatError(f"the archive is missing its array {exc}") from None
         self._variants.check_resumed()
+        self._index = IndexWriter(root, manifest, n_frames) if has_index(manifest) else None
         self._buffer = self._new_buffer()
         self._spare: dict[str, np.ndarray] | None = None  # the other buffer, allocated at the first whole chunk
         self._in_flight: tuple[int, list] | None = None  # (frame count to commit, its store writes)
@@ -307,6 +309,8 @@ class ArchiveWriter:
             if self._lease is not None:
                 self._lease.renew()  # trimming rewrites array metadata: only while the lease is ours
             self._arrays.resize(self._n_committed)
+            if self._index is not None:
+                self._index.trim(self._n_committed)
             self._variants.trim()
             self._commit(self._n_committed, "finalized")
         finally:
@@ -341,6 +345,8 @@ class ArchiveWriter:
             raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
 
     def _check_times(self, times: np.ndarray) -> None:
+        if not times.size:  # an empty block (a rollout in which no frame was due) appends nothing
+            return
         if not np.isfinite(times).all():
             raise AppendError(f"time must be finite, got {times}")
         previous = np.concatenate([[self._last_time], times])
@@ -394,7 +400,10 @@ class ArchiveWriter:
                         done += take
                         self._buffer_fill += take
                         if self._buffer_fill == cf:
-                            # Stored and committed while the other buffer fills with the next chunk.
+                            # Compressing from now on, stored once the previous chunk's writes are done (so
+                            # the cores do not idle meanwhile), and committed while the other buffer fills.
+                            for name, fast in self._arrays.shard_writers.items():
+                                fast.encode_async(self._buffer_start, self._buffer[name])
                             self._write_buffer(cf, wait=False)
                             self._buffer, self._spare = self._spare or self._new_buffer(), self._buffer
                             self._buffer_start += cf
@@ -433,6 +442,8 @@ class ArchiveWriter:
                 arr[start:stop] = self._buffer[name][:n]
             else:
                 puts += stored
+        if self._index is not None:  # stored before the commit, like the chunk it counts
+            self._index.write(start, self._buffer["reset"][:n])
         self._in_flight = (stop, puts)
         if wait:
             self._finish_cycle()

@@ -197,7 +197,7 @@ def _pick_worlds(archive: Any, name: str) -> tuple[list[int], str]:
     ids = list(archive.world_ids)
     if len(ids) == 1:
         return ids, "the only world"
-    episodes = archive.select().reset[1:].sum(axis=0)  # resets per world (frame 0 is not one)
+    episodes = archive.episode_counts() - 1  # resets per world (frame 0 is not one)
     if name == "humanoid":
         most, least = int(np.argmax(episodes)), int(np.argmin(episodes))
         if most == least:
@@ -249,7 +249,7 @@ def run_demo(out: str | os.PathLike = "mjarchive-demo", *, model: str = "humanoi
     t_sim = _time.perf_counter() - t0
 
     with mjarchive.open(archive_path) as archive:
-        info = archive_info(archive)
+        info = archive_info(archive, sizes=True)
         worlds, why = _pick_worlds(archive, model)
         say(f"recorded {archive.n_frames} frames × {archive.n_worlds} worlds in {t_sim:.1f} s "
             f"({n_resets} resets); rendering worlds {worlds}: {why}")

@@ -52,23 +52,21 @@ def _store_bytes(archive: Any) -> tuple[int | None, dict[str, int]]:
     return per_node.pop("", 0), per_node
 
 
-def archive_info(archive: Any) -> dict[str, Any]:
-    """Everything `mjarchive info` reports, as a JSON-serializable dict with the keys INFO_KEYS."""
+def archive_info(archive: Any, *, sizes: bool = False) -> dict[str, Any]:
+    """Everything `mjarchive info` reports, as a JSON-serializable dict with the keys INFO_KEYS. Its cost
+    does not grow with the archive's length (episodes come from the episode index), except with `sizes`:
+    `size_bytes`, `data_bytes` and `compression_ratio` list every stored object (else they are None)."""
     man = archive.manifest
     n, W = archive.n_frames, archive.n_worlds
     time = archive.select(frames=[0, n - 1]).time if n else np.zeros(0)
     # A multi-part archive: each part's own frames count (a part may have recorded more than the others).
     readers = [archive.part(name) for name in archive.parts] or [archive]
-    n_episodes, raw = 0, 0
+    n_episodes = int(archive.episode_counts().sum())  # each world in its own part's frames
+    raw = 0
     for reader in readers:
-        rn, rw = reader.n_frames, reader.n_worlds
-        n_episodes += rw if rn else 0
-        step = max(1, (64 * 2**20) // max(1, rw))  # count reset markers in blocks of at most ~64 MiB
-        for start in range(1, rn, step):
-            n_episodes += int(reader.select(frames=slice(start, min(rn, start + step))).reset.sum())
-        raw += rn * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in reader._arrays.values())
-        raw += rw * 8  # world_id
-    size_total, per_node = _store_bytes(archive)
+        raw += reader.n_frames * sum(math.prod(arr.shape[1:]) * arr.dtype.itemsize for arr in reader._arrays.values())
+        raw += reader.n_worlds * 8  # world_id
+    size_total, per_node = _store_bytes(archive) if sizes else (None, {})
     data_stored = None
     if size_total is not None:
         nodes = {*archive._arrays, "world_id"}  # the trajectory arrays (of the joined parts)
@@ -197,7 +195,9 @@ def format_info(info: dict[str, Any]) -> str:
                    f"{info['producer'].get('version', '?')} backend={info['producer'].get('backend', '?')}"),
         ("size", f"{_human_bytes(info['size_bytes'])} in total; trajectories {_human_bytes(info['data_bytes'])} "
                  f"stored for {_human_bytes(info['raw_bytes'])} raw"
-                 + (f" (compression {ratio:.2f}×)" if ratio else "")),
+                 + (f" (compression {ratio:.2f}×)" if ratio else "") if info["size_bytes"] is not None else
+                 f"{_human_bytes(info['raw_bytes'])} of trajectories raw; stored size not measured "
+                 "(mjarchive info --sizes lists every object)"),
         ("created", info["created"]),
     ]
     width = max(len(k) for k, _ in rows)

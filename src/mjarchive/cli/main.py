@@ -86,7 +86,7 @@ def _storage_options(args: argparse.Namespace) -> dict | None:
 
 def cmd_info(args: argparse.Namespace) -> int:
     with _open(args.archive, _storage_options(args)) as archive:
-        info = archive_info(archive)
+        info = archive_info(archive, sizes=args.sizes)
     print(json.dumps(info, indent=2) if args.json else format_info(info))
     return EXIT_OK
 
@@ -100,8 +100,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"{args.archive}: INVALID (cannot be opened)")
         print(f"mjarchive verify: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm comes with the video extra; verifying works without it
+        tqdm = None
+    bar = None if args.quiet or args.no_progress or tqdm is None else tqdm(
+        desc="verify", unit="chunk", file=sys.stderr, disable=None)  # None: shown on a terminal only
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(done - bar.n)
+
     with archive:
-        report = archive.verify()
+        try:
+            report = archive.verify(progress)
+        finally:
+            if bar is not None:
+                bar.close()
     if not args.quiet:
         print(report)
     n = len(report.problems)
@@ -287,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
             "mjarchive info run.mjarchive --json")
     p.add_argument("archive", help="archive path or URL")
     p.add_argument("--json", action="store_true", help="print JSON (keys documented in README.md)")
+    p.add_argument("--sizes", action="store_true",
+                   help="also measure stored bytes and the compression ratio (lists every object of the archive: "
+                        "slow for long archives on object storage)")
     _add_storage(p)
     p.set_defaults(func=cmd_info)
 
@@ -295,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
             "mjarchive verify run.mjarchive && echo ok")
     p.add_argument("archive", help="archive path or URL")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (on stderr, shown on a terminal)")
     _add_storage(p)
     p.set_defaults(func=cmd_verify)
 

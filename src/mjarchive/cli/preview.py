@@ -78,9 +78,7 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
         )
     h, w = int(size[0]), int(size[1])
     times = archive.select(frames=frame_idx).time
-    resets = archive.select(worlds=world_ids, frames=slice(0, int(frame_idx.max()) + 1)).reset
-    episode = np.cumsum(resets, axis=0)  # (frames, worlds): 0-based episode number, frame 0 starts one
-    episode -= resets[:1].astype(episode.dtype)
+    episode = {int(wid): archive.episode_numbers(int(wid), frame_idx) for wid in world_ids}  # 0-based, per column
 
     sheet_h, sheet_w, label_w, header_h = sheet_geometry(len(world_ids), len(frame_idx), (h, w))
     sheet = Image.new("RGB", (sheet_w, sheet_h), _BACKGROUND)
@@ -103,7 +101,7 @@ def contact_sheet(archive: Any, out: str | os.PathLike, *, worlds: Any = None, f
         r, c = row[int(wid)], col[int(f)]
         x, y = label_w + _PAD + c * (w + _PAD), header_h + _PAD + r * (h + _PAD)
         sheet.paste(Image.fromarray(np.asarray(rgb, dtype=np.uint8)), (x, y))
-        label = f"ep {int(episode[int(f), r])}"
+        label = f"ep {int(episode[int(wid)][c])}"
         box = draw.textbbox((x + 3, y + 2), label, font=small)
         draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=(0, 0, 0))
         draw.text((x + 3, y + 2), label, fill=_TEXT, font=small)

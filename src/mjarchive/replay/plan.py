@@ -274,11 +274,13 @@ def selected_frames(archive: Archive, sel: Any, frames: Any) -> np.ndarray:
 # -- per-frame data a unit carries ------------------------------------------------------------------------
 
 def episode_numbers(archive: Archive, world_id: int, frames: np.ndarray, cache: dict) -> np.ndarray:
-    """The episode number of each of `frames` of one world (0 from frame 0, +1 at every reset)."""
-    starts = cache.get(world_id)
-    if starts is None:
-        starts = cache[world_id] = np.asarray([ep.start for ep in archive.episodes(world_id)], np.int64)
-    return np.searchsorted(starts, frames, side="right") - 1
+    """The episode number of each of `frames` of one world (0 from frame 0, +1 at every reset), read
+    from the episode index and the reset markers of the frames' chunks only."""
+    frames = np.asarray(frames, np.int64)
+    key = (world_id, frames.tobytes())
+    if key not in cache:
+        cache[key] = archive.episode_numbers(world_id, frames)
+    return cache[key]
 
 
 def attach_paths(archive: Archive, model: mujoco.MjModel, outputs: list[Output], *, episodes: bool = False) -> None:

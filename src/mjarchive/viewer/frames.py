@@ -36,17 +36,15 @@ from .kinematics import POSE_FIELDS, FramePoses, PoseSolver
 from .variant_values import VARIANT_CACHE_PER_WORLD, VariantValues
 
 __all__ = ["FramePoses", "MAX_EPISODE_STARTS", "MAX_VIEW_WORLDS", "MAX_WINDOW_BYTES", "POSE_CACHE_FRAMES",
-           "POSE_FIELDS", "RESET_BLOCK", "VARIANT_CACHE_PER_WORLD", "PoseWindow"]
+           "POSE_FIELDS", "VARIANT_CACHE_PER_WORLD", "PoseWindow"]
 
 #: The most worlds one window (one browser page) shows at once.
 MAX_VIEW_WORLDS = 64
 #: Bytes of stored chunks one window holds at most (`max_memory_bytes` less poses and variant values).
 MAX_WINDOW_BYTES = 1 << 30
-#: Episode starts kept per world (the page marks at most playback.MAX_MARKS); more are counted, and
-#: found when asked for by reading reset markers (`PoseWindow.episode_start_near`).
-MAX_EPISODE_STARTS = 10_000
-#: Frames of one world's reset markers read at once (a bool each).
-RESET_BLOCK = 1 << 20
+#: Episode starts kept per world (the page lists the first 12); more are counted, and found when asked
+#: for through the archive's episode index (`PoseWindow.episode_start_near`, `episode_marks`).
+MAX_EPISODE_STARTS = 16
 #: Frames whose computed poses are kept (scrubbing back and forth, several clients on one frame).
 POSE_CACHE_FRAMES = 8
 
@@ -102,6 +100,7 @@ class PoseWindow:
         self._loading: dict[int, threading.Event] = {}
         self._poses: collections.OrderedDict[int, FramePoses] = collections.OrderedDict()
         self._episodes: dict[int, tuple[int, list[int], int]] = {}  # world -> (frames read, starts, count)
+        self._marks: tuple[int, int, list[int]] | None = None  # (frames, limit, starts of any world)
         self._variants = VariantValues(archive, self.world_ids, self._io_lock, self._cond)
         self._playhead: int | None = None
         self._wanted_gen = 0  # bumped by set_playhead() and refresh(); the prefetcher works until it catches up
@@ -179,6 +178,7 @@ class PoseWindow:
                     self._chunks.clear()
                     self._poses.clear()
                     self._episodes.clear()
+                    self._marks = None
                 else:
                     for c in [c for c, ch in self._chunks.items() if ch.stop - ch.start < self._cf and ch.stop < n]:
                         del self._chunks[c]
@@ -253,9 +253,24 @@ class PoseWindow:
 
     def episode_starts(self, world_id: int) -> list[int]:
         """Frames where the world's episodes start (frame 0 and each reset): the first
-        MAX_EPISODE_STARTS of them (`episode_count` counts all). Each frame's reset marker is read
-        once, in blocks of RESET_BLOCK frames; a `refresh()` reads those of the new frames only."""
+        MAX_EPISODE_STARTS of them (`episode_count` counts all), from the archive's episode index;
+        a `refresh()` looks at the new frames only."""
         return list(self._episode_state(world_id)[1])
+
+    def episode_marks(self, limit: int) -> list[int]:
+        """Frames after frame 0 where an episode of any of the window's worlds starts, ascending: at most
+        `limit` + 1 of them (more than `limit`: too many to mark), found through the episode index."""
+        self._check_open()
+        with self._io_lock:
+            with self._cond:
+                n, cached = self._n_frames, self._marks
+            if cached is None or cached[:2] != (n, limit):
+                marks = self._archive.episode_starts(list(self.world_ids), 1, n, limit=limit + 1) if n else []
+                cached = (n, limit, marks)
+                with self._cond:
+                    if n == self._n_frames:
+                        self._marks = cached
+        return list(cached[2])
 
     def episode_count(self, world_id: int) -> int:
         """Episodes of the world in the committed frames (1 + its resets after frame 0)."""
@@ -266,8 +281,8 @@ class PoseWindow:
         (direction > 0) or before it (direction < 0); None where there is none.
 
         The kept starts (`episode_starts`) answer wherever they reach; past the first
-        MAX_EPISODE_STARTS of a world, its reset markers are read from `frame` onward (or backward),
-        RESET_BLOCK frames at a time, up to the first block that holds one.
+        MAX_EPISODE_STARTS of a world, the archive's episode index finds the nearest chunk of frames
+        holding one, and only that chunk's reset markers are read.
         """
         self._check_open()
         if isinstance(frame, bool) or not isinstance(frame, (int, np.integer)):
@@ -291,26 +306,18 @@ class PoseWindow:
                 floor = min(floor, starts[-1] + 1)
         if not scan:
             return best
-        step = max(1, RESET_BLOCK // len(scan))
         if forward:
             stop = min(n, best if best is not None else n)
-            for lo in range(max(k + 1, 1), stop, step):
-                found = self._resets_in(scan, lo, min(lo + step, stop))
-                if found.size:
-                    return int(found[0])
+            lo, hi = max(k + 1, 1), stop
         else:
-            lo_bound = max(floor, 1, best + 1 if best is not None else 1)
-            for hi in range(min(k, n), lo_bound, -step):
-                found = self._resets_in(scan, max(hi - step, lo_bound), hi)
-                if found.size:
-                    return int(found[-1])
+            lo, hi = max(floor, 1, best + 1 if best is not None else 1), min(k, n)
+        for w in scan:  # the episode index skips chunks without a reset
+            with self._io_lock:
+                found = self._archive.episode_starts(w, lo, hi, limit=1, reverse=not forward) if lo < hi else []
+            if found:
+                best = found[0]
+                lo, hi = (lo, best) if forward else (best + 1, hi)  # the next world need only look closer
         return best
-
-    def _resets_in(self, world_ids: list[int], lo: int, hi: int) -> np.ndarray:
-        """Sorted frames in [lo, hi) where any of these worlds has a reset marker."""
-        with self._io_lock:
-            reset = self._archive.select(worlds=world_ids, frames=slice(lo, hi)).reset
-        return np.flatnonzero(reset.any(axis=1)) + lo
 
     def _episode_state(self, world_id: int) -> tuple[int, list[int], int]:
         """(frames read, the first starts, how many starts) of one world, read up to n_frames."""
@@ -324,15 +331,10 @@ class PoseWindow:
                 n = self._n_frames
                 read, starts, total = self._episodes.get(wid, (0, [], 0))
             starts = list(starts)
-            if n and not read:
-                starts, total = [0], 1
-            for lo in range(read, n, RESET_BLOCK):  # only frames committed since the last read
-                hi = min(lo + RESET_BLOCK, n)
-                reset = self._archive.select(worlds=[wid], frames=slice(lo, hi)).reset[:, 0]
-                found = np.flatnonzero(reset) + lo
-                found = found[found > 0]  # frame 0 starts an episode whatever its marker
-                total += len(found)
-                starts += found[:max(0, MAX_EPISODE_STARTS - len(starts))].tolist()
+            if read < n:  # only frames committed since the last read; counts from the episode index
+                if len(starts) < MAX_EPISODE_STARTS:
+                    starts += self._archive.episode_starts(wid, read, n, limit=MAX_EPISODE_STARTS - len(starts))
+                total = int(self._archive.episode_numbers(wid, [n - 1])[0]) + 1
             with self._cond:
                 if n == self._n_frames:
                     self._episodes[wid] = (n, starts, total)
@@ -361,6 +363,7 @@ class PoseWindow:
             self._chunks.clear()
             self._poses.clear()
             self._episodes.clear()
+            self._marks = None
             self._variants.clear()
 
     def __enter__(self) -> PoseWindow:

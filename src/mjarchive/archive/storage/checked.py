@@ -19,6 +19,10 @@ time, and a transport failure left after the retries is a StorageError naming th
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import google_crc32c
@@ -32,13 +36,17 @@ from ..._errors import FormatError
 from .chunk_layout import ZARR_V2_METADATA, ArrayInfo, cached_array_info, check_chunk
 from .prefixed import PrefixStore
 from .remote import Remote
-from ..format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES,
+from ..format import (COMMIT_ATTR, COMMIT_GROUP, COMMIT_KEY, MAX_COMMIT_BYTES, RESET_COUNT,
                      MAX_JSON_BYTES, MAX_JSON_DEPTH, ROOT_ATTR, json_depth, parse_json_bytes,
                      version_at_least)
 
 __all__ = ["CheckedStore", "check_json_bytes"]
 
 _MAX_U64 = 2**64 - 1
+# Shards read_region_now fetches and decodes at once: decoding releases the GIL; an object store's
+# latency is hidden by requests in flight (each worker holds one shard's bytes at most).
+_LOCAL_WORKERS, _REMOTE_WORKERS = min(4, os.cpu_count() or 1), 16
+_MAX_FAST_INNER = 1 << 16  # inner chunks per shard it decodes (one list entry each); zarr reads the rest
 
 
 # -- bounded metadata ------------------------------------------------------------------------------
@@ -64,6 +72,7 @@ class _State:
         self.n_frames = 0
         self.n_events: dict[str, int] = {}
         self.reads_commit = False
+        self.index_chunk_frames = 0  # format 1.3: rows of the episode index count whole chunks of this many frames
 
     def record(self, key: str, data: Any) -> dict | None:
         """Learn from metadata document `key` (checked for size and depth first); returns it parsed,
@@ -107,6 +116,9 @@ class _State:
                 n = _count(entry.get("n_events") if isinstance(entry, dict) else None)
                 if isinstance(name, str):
                     self.n_events[name] = max(self.n_events.get(name, 0), n)
+            storage = root.get("storage")
+            cf = _count(storage.get("chunk_frames")) if isinstance(storage, dict) else 0
+            self.index_chunk_frames = cf if version_at_least(root.get("format_version"), (1, 3)) else 0
             # The root is read before the commit document; a finalized (or 1.0) root is the record.
             self.reads_commit = (root.get("status") == "live"
                                  and version_at_least(root.get("format_version"), (1, 1)))
@@ -156,6 +168,8 @@ def _committed(state: _State, info: ArrayInfo, coords: tuple[int, ...]) -> bool:
     if info.frame_axis is None:
         return True
     n = state.n_frames if info.frame_axis == "frames" else state.n_events.get(info.frame_axis[7:], 0)
+    if info.path == RESET_COUNT and state.index_chunk_frames:  # its rows: the whole chunks of committed frames
+        n = state.n_frames // state.index_chunk_frames
     return coords[0] * info.chunks[0] < n
 
 
@@ -206,6 +220,18 @@ def _inside_mask(info: ArrayInfo, coords: tuple[int, ...]) -> np.ndarray:
         if len(info.edge_masks) < 64:
             info.edge_masks[edge] = mask
     return mask
+
+
+def _place(out: np.ndarray, box: list, chunk: np.ndarray, at: list) -> None:
+    """Copy what of `chunk` (its first item at array position `at`) lies in `box` into `out` (holding `box`)."""
+    dst, src = [], []
+    for (lo, hi), a, m in zip(box, at, chunk.shape):
+        start, stop = max(lo, a), min(hi, a + m)
+        if start >= stop:
+            return
+        dst.append(slice(start - lo, stop - lo))
+        src.append(slice(start - a, stop - a))
+    out[tuple(dst)] = chunk[tuple(src)]
 
 
 class CheckedStore(WrapperStore):
@@ -450,8 +476,75 @@ class CheckedStore(WrapperStore):
         stored = np.frombuffer(data, dtype).reshape([shape[i] for i in order])  # a transpose codec's order
         return stored.transpose(np.argsort(order)) if order != tuple(range(len(order))) else stored
 
-    def write_now(self, key: str, data: bytes) -> None:
-        """Replace `key` with `data` in one atomic store write."""
+    def read_region_now(self, path: str, region: tuple[tuple[int, int], ...], fill: Any) -> np.ndarray | None:
+        """Items [lo, hi) of the leading axes of sharded array `path` (all of the others), as zarr reads
+        them: each shard read whole in one request, its size bounded first, checked as `get` checks a
+        shard (and its index crc32c), its inner chunks decoded without zarr, a few shards at a time;
+        None where the layout is not the one this path knows (the caller reads through zarr)."""
+        info = self._state.arrays.get(path)
+        if (info is None or info.error is not None or info.fast is None or not info.per_shard
+                or math.prod(info.per_shard) > _MAX_FAST_INNER or any(lo >= hi for lo, hi in region)):
+            return None
+        box = [*region, *((0, n) for n in info.shape[len(region):])]
+        shards = list(itertools.product(*(range(lo // c, -(-hi // c)) for (lo, hi), c in zip(box, info.chunks))))
+        out = np.empty([hi - lo for lo, hi in box], info.fast[0])
+        with ThreadPoolExecutor(min(len(shards), _LOCAL_WORKERS if self._remote is None else _REMOTE_WORKERS)) as pool:
+            for _ in pool.map(lambda coords: self._decode_shard(info, coords, box, out, fill), shards):
+                pass
+        return out
+
+    def _decode_shard(self, info: ArrayInfo, coords: tuple[int, ...], box: list, out: np.ndarray, fill: Any) -> None:
+        """Shard `coords` of `info`'s array, read, checked and decoded into `out` (which holds `box`)."""
+        key = f"{info.path}/c{info.sep}{info.sep.join(map(str, coords))}"
+        n_inner = math.prod(info.per_shard)
+        bound = info.index_size + n_inner * info.chain.max_stored
+        request = RangeByteRequest(0, bound + 1)  # a larger object is damage, refused without reading all of it
+        get_sync = self._sync("get_sync")
+        if get_sync is not None:
+            buf = get_sync(key, prototype=default_buffer_prototype(), byte_range=request)
+        else:
+            buf = sync(self._raw_get(key, default_buffer_prototype(), request))
+        dtype, shape, decoder, order = info.fast
+        origin = [c * s for c, s in zip(coords, info.chunks)]
+        if buf is None:
+            self._checked(key, None, None)  # damage where it holds committed items; else fill values
+            _place(out, box, np.broadcast_to(np.asarray(fill, dtype), info.chunks), origin)
+            return
+        data = buf.as_buffer_like()
+        n = len(data)
+        if n > bound:
+            raise FormatError(f"shard {key!r} is more than {bound} bytes, more than {n_inner} inner chunks can take; "
+                              "the archive is damaged")
+        if n < info.index_size:
+            raise FormatError(f"shard {key!r} is truncated: {n} bytes, less than its index of {info.index_size}")
+        raw = bytes(data[n - info.index_size:])
+        if google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+            raise FormatError(f"shard {key!r} index fails its crc32c checksum; the archive is damaged")
+        table = _check_index(self._state, info, key, coords, raw, n).tolist()
+        at = (np.stack(np.unravel_index(np.arange(n_inner), info.per_shard), 1) * shape + origin).tolist()
+        stored, back = [shape[i] for i in order], tuple(np.argsort(order))
+        for i, (off, nbytes) in enumerate(table):
+            if off == _MAX_U64:
+                _place(out, box, np.broadcast_to(np.asarray(fill, dtype), shape), at[i])
+                continue
+            piece = data[off:off + nbytes]
+            check_chunk(info, key, piece, info.chain)
+            try:
+                chunk = np.frombuffer(piece if decoder is None else decoder.decode(piece), dtype).reshape(stored)
+            except Exception as exc:  # a corrupt stream fails inside numcodecs
+                raise FormatError(f"inner chunk {i} of shard {key!r} does not decode; the archive is damaged: "
+                                  f"{exc!r}") from None
+            _place(out, box, chunk.transpose(back), at[i])
+
+    def write_now(self, key: str, data: bytes | list) -> None:
+        """Replace `key` with `data` (bytes, or a list of bytes-like pieces, one after another) in one
+        atomic store write."""
+        if isinstance(data, list):
+            set_parts = None if key.endswith("zarr.json") else self._sync("set_parts_sync")
+            if set_parts is not None:  # a local file: the pieces are written as they are (no joined copy)
+                set_parts(key, data)
+                return
+            data = b"".join(data)
         value = default_buffer_prototype().buffer.from_bytes(data)
         set_sync = self._sync("set_sync")
         if set_sync is not None:

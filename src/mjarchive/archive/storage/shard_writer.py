@@ -9,8 +9,10 @@ C order of the inner-chunk grid and its crc32c, at the end; one `set` per shard 
 the array's chunk key encoding gives. A `transpose` codec first is applied to each inner chunk
 before its bytes (the default layout puts frames innermost); numcodecs' pcodec may stand
 in for `bytes` + `blosc` (benchmarks only: the spec does not allow it). Inner chunks are
-compressed in parallel (Blosc releases the GIL). Inner chunks of an edge shard that lie wholly
-outside the array are left out (index entry 2**64-1 twice), as zarr-python leaves them out.
+compressed in parallel (Blosc releases the GIL), from `encode_async` on if asked before their store
+writes may begin; mjarchive's store writes a shard's pieces without joining them. Inner chunks of an
+edge shard that lie wholly outside the array are left out (index entry 2**64-1 twice), as
+zarr-python leaves them out.
 
 Anything else (other codecs, index at the start, a region that is not whole shards, a shard grid
 whose chunk order could differ from C order) is declined, and the caller writes through zarr.
@@ -114,6 +116,7 @@ class ShardWriter:
         self.fill_value = np.asarray(array.fill_value, dtype=array.dtype)
         self.order = order  # the transpose codec's, applied before serializing
         self.serializer = serializer  # the compressor is the array-to-bytes codec (pcodec), fed arrays
+        self._started: tuple | None = None  # ((start, data's address and shape), its encode jobs): see `encode_async`
 
     @classmethod
     def for_array(cls, array: zarr.Array) -> ShardWriter | None:
@@ -194,15 +197,42 @@ class ShardWriter:
             put.result()
         return puts is not None
 
+    def encode_async(self, start: int, data: np.ndarray) -> None:
+        """Start compressing the shards of a later `write_async(start, data)` (same region, same
+        memory, unchanged until then) now: they compress while earlier writes are still being stored.
+        Nothing is stored; a `write_async` with other arguments drops them."""
+        shape = tuple(self.array.shape)
+        S = self.shard_shape
+        self._started = None
+        if data.shape[1:] == shape[1:] and not start % S[0] and not len(data) % S[0]:
+            self._started = (self._key(start, data), self._encode_all(start, data))
+
     def write_async(self, start: int, data: np.ndarray) -> list[Future] | None:
         """`write` without waiting: the futures of the shards' store writes, or None (nothing written).
         `data` must stay unchanged until they are all done."""
         shape = tuple(self.array.shape)
         S = self.shard_shape
+        started, self._started = self._started, None
         if data.shape[1:] != shape[1:] or start % S[0] or len(data) % S[0] or start + len(data) > shape[0]:
             return None
+        jobs = started[1] if started is not None and started[0] == self._key(start, data) else None
+        if jobs is None:
+            jobs = self._encode_all(start, data)
+        # Each shard is stored as soon as it is encoded, while later shards are still compressing.
+        store_path, meta = self.array.store_path, self.array.metadata
+        return [_io_executor().submit(self._store, store_path / meta.encode_chunk_key(coords), *parts)
+                for coords, parts in jobs]
+
+    @staticmethod
+    def _key(start: int, data: np.ndarray) -> tuple:
+        return start, data.__array_interface__["data"][0], data.shape, data.strides
+
+    def _encode_all(self, start: int, data: np.ndarray) -> list[tuple]:
+        """(shard coordinates, what _encode_async returned) for each shard of `data` at `start`."""
+        shape = tuple(self.array.shape)
+        S = self.shard_shape
         grid = [math.ceil(n / s) for n, s in zip(shape, S)]
-        jobs = []  # (shard coordinates, what _encode_async returned)
+        jobs = []
         pool = _executor()
         for t in range(len(data) // S[0]):
             for rest in np.ndindex(*grid[1:]):
@@ -211,18 +241,15 @@ class ShardWriter:
                 region = data[(slice(t * S[0], (t + 1) * S[0]),
                                *(slice(l, min(l + s, n)) for l, s, n in zip(lo[1:], S[1:], shape[1:])))]
                 jobs.append((coords, self._encode_async(region, pool)))
-        # Each shard is stored as soon as it is encoded, while later shards are still compressing.
-        store_path, meta = self.array.store_path, self.array.metadata
-        return [_io_executor().submit(self._store, store_path / meta.encode_chunk_key(coords), *parts)
-                for coords, parts in jobs]
+        return jobs
 
     def _store(self, path: Any, n_present: int, parts: list) -> None:
-        data = self._assemble(n_present, parts)
+        pieces = self._assemble(n_present, parts)
         write_now = getattr(path.store, "write_now", None)
         if write_now is not None:  # mjarchive's CheckedStore writes a local file in this thread, no hops
-            write_now(path.path, data)
+            write_now(path.path, pieces)  # (a list: written as is, without joining, where the store can)
         else:
-            sync(path.set(default_buffer_prototype().buffer.from_bytes(data)))
+            sync(path.set(default_buffer_prototype().buffer.from_bytes(b"".join(pieces))))
 
     def _encode_async(self, region: np.ndarray, pool: ThreadPoolExecutor) -> tuple[int, list]:
         """Start compressing the inner chunks of one shard whose in-bounds part is `region`."""
@@ -262,7 +289,8 @@ class ShardWriter:
         batch = max(1, math.ceil(n_present / (4 * _WORKERS)))  # few tasks: submitting one costs ~20 us
         return n_present, [pool.submit(encode, lo, min(lo + batch, n_present)) for lo in range(0, n_present, batch)]
 
-    def _assemble(self, n_present: int, parts: list) -> bytes:
+    def _assemble(self, n_present: int, parts: list) -> list[bytes]:
+        """The shard object's bytes, in pieces: the inner chunks, the index, its crc32c."""
         chunks: list[bytes] = []
         for p in parts:
             chunks.extend(p if isinstance(p, list) else p.result())
@@ -273,4 +301,4 @@ class ShardWriter:
         index[:n_present, 0] = np.cumsum(lengths) - lengths
         index_bytes = index.tobytes()
         crc = np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
-        return b"".join([*chunks, index_bytes, crc])
+        return [*chunks, index_bytes, crc]

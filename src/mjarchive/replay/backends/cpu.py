@@ -26,11 +26,13 @@ FREE_CAMERA = -1
 
 
 def prepare_model(model: mujoco.MjModel, size: tuple[int, int], quality: str) -> mujoco.MjModel:
-    """A private copy whose offscreen buffer fits `size` (H, W) and, for "fast", has no multisampling."""
+    """A private copy whose offscreen buffer is exactly `size` (H, W) and, for "fast", has no multisampling."""
     model = copy.copy(model)
     height, width = size
-    model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), int(width))
-    model.vis.global_.offheight = max(int(model.vis.global_.offheight), int(height))
+    # Not the model's own size if larger: MuJoCo's per-frame work grows with the offscreen buffer, not
+    # the viewport (flygym's 2048x2048 costs ~30% more CPU per 240x320 frame in Mesa), for the same pixels.
+    model.vis.global_.offwidth = int(width)
+    model.vis.global_.offheight = int(height)
     if quality == "fast":
         model.vis.quality.offsamples = 0
     return model

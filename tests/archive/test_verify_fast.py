@@ -1,0 +1,143 @@
+"""Large all-worlds reads (verify's) decode each shard in one go, without zarr's sharding codec: the
+values are zarr's, and every damage zarr's path refuses is refused here too, with a clear message."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import google_crc32c
+import numpy as np
+import pytest
+import zarr
+
+import mjarchive
+import mjarchive.testing
+from mjarchive._errors import MjArchiveError
+from s3_server import s3_server, s3_url  # noqa: F401  (pytest fixtures)
+
+W, CF, T, S = 300, 32, 80, 128  # 3 chunks of frames (the last partial), 3 shards of worlds (the last partly outside)
+EMPTY = 2**64 - 1
+INDEX = 16 * S + 4
+
+
+def _write(location, options=None) -> None:
+    rng = np.random.default_rng(7)
+    qpos = np.round(np.sin(0.1 * np.arange(T)[:, None, None] + np.arange(W)[:, None] + np.arange(2)), 2)
+    bundle = mjarchive.ModelBundle.from_xml(mjarchive.testing.hinge_chain_xml(2))
+    with mjarchive.create(location, bundle, n_worlds=W, chunk_frames=CF, shard_worlds=S,
+                          storage_options=options) as w:
+        w.append(0.1 * np.arange(1, T + 1), qpos.astype(np.float32),
+                 reset=rng.random((T, W)) < 0.1)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pristine") / "a.mjarchive"
+    _write(path)
+    return path
+
+
+def test_values_are_zarrs_and_verify_passes(pristine):
+    with mjarchive.open(pristine) as archive:
+        for name in ("qpos", "reset"):
+            stored = zarr.open_array(pristine / name, mode="r")
+            fast = archive._store.read_region_now(name, ((0, T), (0, W)), stored.fill_value)
+            assert fast is not None and fast.dtype == stored.dtype
+            np.testing.assert_array_equal(fast, stored[:T])
+            np.testing.assert_array_equal(archive._read(name, slice(3, 71), None), stored[3:71])
+            part = archive._read(name, slice(0, T), np.arange(100, W))  # a contiguous range of worlds
+            np.testing.assert_array_equal(part, stored[:T, 100:])
+        seen = []
+        report = archive.verify(lambda done, total: seen.append((done, total)))
+        assert report.ok, report.problems
+        assert seen[-1] == (3 * 3, 3 * 3)  # qpos, reset, time: one call per chunk of frames of each
+
+
+@pytest.mark.parametrize("where", ["memory", "s3"])
+def test_values_on_object_stores_are_zarrs(where, pristine, request):
+    if where == "memory":
+        url, options = f"memory://mjarchive-test-{uuid.uuid4().hex}", None
+    else:
+        url, options = request.getfixturevalue("s3_url"), request.getfixturevalue("s3_server").storage_options()
+    _write(url, options)
+    with mjarchive.open(url, storage_options=options) as archive, mjarchive.open(pristine) as local:
+        reversed_worlds = archive.world_ids[::-1]  # not a range of worlds: read through zarr
+        np.testing.assert_array_equal(archive._read("qpos", slice(0, T), None),
+                                      archive.select(worlds=reversed_worlds).qpos[:, ::-1])
+        np.testing.assert_array_equal(archive._read("qpos", slice(0, T), None), local._read("qpos", slice(0, T), None))
+        assert archive.verify().ok
+
+
+# -- damage to shard qpos/c/1/1/0 (frames 32..63, worlds 128..255: all committed) -------------------------
+
+def _table(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob[-INDEX:-4], "<u8").reshape(S, 2).copy()
+
+
+def _with_table(blob: bytes, table: np.ndarray) -> bytes:
+    raw = table.astype("<u8").tobytes()
+    return blob[:-INDEX] + raw + google_crc32c.value(raw).to_bytes(4, "little")
+
+
+def _flip(blob: bytes) -> bytes:
+    off = int(_table(blob)[5, 0])
+    assert not blob[off + 2] & 0x02  # compressed, not stored as it is: a zstd stream follows blosc's header
+    off += 24  # its first byte, past blosc's header, block table and block size
+    return blob[:off] + bytes([blob[off] ^ 0xFF]) + blob[off + 1:]
+
+
+def _point_outside(blob: bytes) -> bytes:
+    table = _table(blob)
+    table[5, 0] = len(blob)
+    return _with_table(blob, table)
+
+
+def _drop_inner(blob: bytes) -> bytes:
+    table = _table(blob)
+    table[5] = EMPTY
+    return _with_table(blob, table)
+
+
+DAMAGE = {
+    "truncated": (lambda blob: blob[:len(blob) // 2], "crc32c"),
+    "truncated-below-index": (lambda blob: blob[:10], "truncated"),
+    "index-points-outside": (_point_outside, "points outside the shard object"),
+    "inner-chunk-missing": (_drop_inner, "marks inner chunk 5 as missing"),
+    "bit-flip": (_flip, "inner chunk 5 of shard 'qpos/c/1/1/0' does not decode"),
+    "shard-missing": (None, "is missing from the store"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_damage_zarrs_path_refuses_is_reported(case, pristine, tmp_path):
+    path = tmp_path / "a.mjarchive"
+    shutil.copytree(pristine, path)
+    shard = path / "qpos" / "c" / "1" / "1" / "0"
+    damage, message = DAMAGE[case]
+    if damage is None:
+        shard.unlink()
+    else:
+        shard.write_bytes(damage(shard.read_bytes()))
+    with mjarchive.open(path) as archive:
+        with pytest.raises(MjArchiveError):  # zarr's path (worlds in no range order) refuses it too
+            archive.select(worlds=archive.world_ids[::-1]).qpos
+        report = archive.verify()
+    assert not report.ok
+    assert [p for p in report.problems if p.startswith("qpos: ") and message in p], report.problems
+    assert any(c.startswith("reset: every committed chunk present") for c in report.checked)  # verify went on
+
+
+def test_a_shard_larger_than_its_inner_chunks_can_be_is_refused_unread(pristine, tmp_path):
+    path = tmp_path / "a.mjarchive"
+    shutil.copytree(pristine, path)
+    shard = path / "qpos" / "c" / "1" / "1" / "0"
+    blob = shard.read_bytes()
+    pad = 2**21  # two megabytes of nothing before inner chunks of 256 bytes each: no writer makes this
+    table = _table(blob)
+    table[:, 0] += pad
+    shard.write_bytes(_with_table(bytes(pad) + blob, table))
+    with mjarchive.open(path) as archive:
+        report = archive.verify()
+    assert any(p.startswith("qpos: ") and "shard 'qpos/c/1/1/0' is more than" in p for p in report.problems)
