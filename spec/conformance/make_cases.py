@@ -1490,6 +1490,29 @@ def _(out):
     _edit_index_meta(out, lambda d: d.update(data_type="int32"))
 
 
+@case("episode-index-transposed", rule="episode-index", match="codecs",
+      note="a transpose codec before bytes: the counts would be read in another order")
+def _(out):
+    _indexed(out)
+    _edit_index_meta(out, lambda d: d["codecs"].insert(0, {"name": "transpose", "configuration": {"order": [1, 0]}}))
+
+
+@case("valid-1.2-track-named-reset-count", expect="valid",
+      note="before 1.3 the name is an ordinary track's: a 1.2 archive's track reset_count is read as a track")
+def _(out):
+    expected = _write(out, HINGE, [0, 1], 3, chunk_frames=2, tracks={"rcx": ((), "int64")})
+    shutil.rmtree(out / "reset_count")
+    (out / "rcx").rename(out / "reset_count")
+
+    def to_1_2(attrs: dict) -> None:
+        attrs["format_version"] = "1.2"
+        attrs["tracks"] = {"reset_count": attrs["tracks"].pop("rcx")}
+
+    _patch(out, to_1_2)
+    expected["arrays"]["reset_count"] = expected["arrays"].pop("rcx")
+    return expected
+
+
 # -- writing and comparing -------------------------------------------------------------------------------
 def _with_index(expected: dict, out: Path, node: str = "") -> dict:
     """`expected` plus, for an archive (or part) of format 1.3, the trusted rows of `reset_count` as the

@@ -317,10 +317,12 @@ def test_the_slider_marks_are_the_first_starts_of_any_shown_world(tmp_path):
     starts = _reset_archive(tmp_path / "r.mjarchive")
     with mjarchive.open(tmp_path / "r.mjarchive") as archive:
         with PoseWindow(archive, archive.model(), [7, 8], [], prefetch=False) as window:
-            assert window.episode_marks(100) == starts  # frame 0 is no mark
-            assert window.episode_marks(5) == starts[:6]  # one more than marked: "too many to mark"
+            assert window.episode_marks(100) == starts == window.episode_marks(len(starts))  # frame 0 is no mark
+            assert window.episode_marks(len(starts) - 1) is None  # too many to mark
+            assert window.episode_marks(5) is None  # world 7 alone has 11 (decided from its count)
         with PoseWindow(archive, archive.model(), [8], [], prefetch=False) as window:
-            assert window.episode_marks(2) == [20, 25, 33] and window.episode_count(8) == 4
+            assert window.episode_marks(3) == [20, 25, 33] and window.episode_count(8) == 4
+            assert window.episode_marks(2) is None
 
 
 @pytest.mark.parametrize("cap", [3, 10_000])

@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 
 from .._errors import FormatError, MjArchiveError, SelectionError
-from .format import MAX_UNCOMMITTED_CHUNKS, RESET_COUNT, check_array, version_at_least
+from .format import MAX_UNCOMMITTED_CHUNKS, RESET_COUNT, check_array, codec_names, version_at_least
 
 __all__ = ["INDEX_ROWS", "EpisodeIndex", "IndexWriter", "check_episode_range", "check_index_array", "checked_rows", "create_index_array",
            "has_index"]
@@ -39,6 +39,11 @@ def create_index_array(root: zarr.Group, n_worlds: int, shard_worlds: int) -> No
 def check_index_array(arr: Any, manifest: Any, n_frames: int) -> None:
     """The spec's checks of `reset_count`'s metadata, before any chunk of it is read."""
     check_array(arr, RESET_COUNT, dtypes={"int64"}, ndim=2)
+    meta = arr.metadata.to_dict()
+    codecs = codec_names(meta.get("codecs"))
+    if codecs != ["bytes", "zstd"] or tuple(meta.get("dimension_names") or ()) != ("chunk", "world"):
+        raise FormatError(f"array {RESET_COUNT!r} has codecs {codecs} and dimension names "
+                          f"{meta.get('dimension_names')}; the spec requires ['bytes', 'zstd'] and ['chunk', 'world']")
     W, cf = len(manifest.world_ids), manifest.chunk_frames
     if arr.shape[1] != W:
         raise FormatError(f"array {RESET_COUNT!r} has shape {arr.shape}; expected (chunks, {W})")
@@ -62,10 +67,14 @@ class IndexWriter:
     def __init__(self, root: zarr.Group, manifest: Any, n_frames: int):
         try:
             arr = root[RESET_COUNT]
+            check_index_array(arr, manifest, n_frames)
+        except MjArchiveError:
+            raise
         except KeyError:
             raise FormatError(f"the archive is format {manifest.format_version} but has no {RESET_COUNT!r} "
                               "array (its episode index); it is damaged") from None
-        check_index_array(arr, manifest, n_frames)
+        except Exception as exc:  # zarr refuses malformed metadata with its own exceptions
+            raise FormatError(f"the metadata of array {RESET_COUNT!r} is unreadable: {exc!r}") from None
         self._array = arr.with_config({"write_empty_chunks": True})
         self._cf = manifest.chunk_frames
         W = len(manifest.world_ids)

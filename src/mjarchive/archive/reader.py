@@ -93,7 +93,7 @@ class Archive:
     def _check_array(self, name: str, arr: Any) -> None:
         """The spec's checks of one array's metadata against the manifest, before any chunk is read."""
         manifest, W = self.manifest, len(self.manifest.world_ids)
-        if name == RESET_COUNT:
+        if name == RESET_COUNT and has_index(manifest):  # in a 1.2 archive, a track may be named so
             return check_index_array(arr, manifest, self._n_frames)
         if name == "world_id":
             check_array(arr, name, dtypes={"int64"}, ndim=1)

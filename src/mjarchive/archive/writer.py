@@ -141,8 +141,12 @@ class ArchiveWriter:
         _check_resumed_arrays(self._arrays, self._frame_shapes, manifest, n_frames)
         try:
             self._variants = VariantEvents(root, manifest, n_events or {}, self.variant_model)
+        except MjArchiveError:
+            raise
         except KeyError as exc:
             raise FormatError(f"the archive is missing its array {exc}") from None
+        except Exception as exc:  # zarr refuses malformed metadata with its own exceptions
+            raise FormatError(f"the archive's variant event arrays have unreadable metadata: {exc!r}") from exc
         self._variants.check_resumed()
         self._index = IndexWriter(root, manifest, n_frames) if has_index(manifest) else None
         self._buffer = self._new_buffer()

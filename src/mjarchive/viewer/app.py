@@ -84,7 +84,6 @@ class Viewer(ViewerControls, ViewerPlayback):
         self._shown: int | None = None  # frame on the handles now
         self._target_from_slider = False  # the slider already shows the target: do not set it back
         self._time = 0.0  # simulation time of the frame shown
-        self._starts: list[int] = []  # episode starts over the selected worlds
         self._invalid: list[int] = []  # worlds whose pose at the frame shown is not finite
 
         self._model = archive.model()

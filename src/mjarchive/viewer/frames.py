@@ -257,20 +257,27 @@ class PoseWindow:
         a `refresh()` looks at the new frames only."""
         return list(self._episode_state(world_id)[1])
 
-    def episode_marks(self, limit: int) -> list[int]:
-        """Frames after frame 0 where an episode of any of the window's worlds starts, ascending: at most
-        `limit` + 1 of them (more than `limit`: too many to mark), found through the episode index."""
+    def episode_marks(self, limit: int) -> list[int] | None:
+        """Frames after frame 0 where an episode of any of the window's worlds starts, ascending, if
+        there are at most `limit` of them, else None (too many to mark). From the episode index: a
+        world with more resets than that decides it from one row; otherwise only chunks holding one are read."""
         self._check_open()
         with self._io_lock:
             with self._cond:
                 n, cached = self._n_frames, self._marks
             if cached is None or cached[:2] != (n, limit):
-                marks = self._archive.episode_starts(list(self.world_ids), 1, n, limit=limit + 1) if n else []
-                cached = (n, limit, marks)
+                ids = list(self.world_ids)
+                marks = None
+                # (the counts are over the archive's frames: of a multi-part one, over each world's part)
+                whole = not self._archive.parts and self._archive.n_frames == n
+                if n and not (whole and int(self._archive.episode_counts(ids).max()) - 1 > limit):
+                    marks = self._archive.episode_starts(ids, 1, n, limit=limit + 1)
+                    marks = marks if len(marks) <= limit else None
+                cached = (n, limit, [] if not n else marks)
                 with self._cond:
                     if n == self._n_frames:
                         self._marks = cached
-        return list(cached[2])
+        return None if cached[2] is None else list(cached[2])
 
     def episode_count(self, world_id: int) -> int:
         """Episodes of the world in the committed frames (1 + its resets after frame 0)."""

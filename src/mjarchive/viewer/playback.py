@@ -47,8 +47,7 @@ class ViewerPlayback:
         self._slider.max = max(n - 1, 0)
         self._slider.disabled = n == 0
         per_world = {w: self._window.episode_starts(w) for w in self.world_ids} if n else {}
-        self._starts = self._window.episode_marks(MAX_MARKS) if n else []
-        marks = tuple(self._starts) if len(self._starts) <= MAX_MARKS else ()
+        marks = tuple(self._window.episode_marks(MAX_MARKS) or ()) if n else ()
         try:  # viser has no public setter for a slider's marks: assign the prop the constructor fills
             from viser._messages import GuiSliderMark
 

@@ -201,7 +201,8 @@ def _check_index(state: _State, info: ArrayInfo, key: str, coords: tuple[int, ..
             raise FormatError(f"shard {key!r} index declares an inner chunk of {int(nbytes.max())} bytes, too large")
         lo = info.index_size if info.index_start else 0
         hi = (shard_size - (0 if info.index_start else info.index_size)) if shard_size is not None else 2**62
-        if int(off.min()) < lo or int((off + nbytes).max()) > hi:
+        # (offsets first: off + nbytes would wrap around in uint64 for an offset near 2**64)
+        if int(off.min()) < lo or int(off.max()) > hi or int((off + nbytes).max()) > hi:
             raise FormatError(f"shard {key!r} index points outside the shard object")
     return table
 
