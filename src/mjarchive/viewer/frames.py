@@ -318,13 +318,9 @@ class PoseWindow:
             lo, hi = max(k + 1, 1), stop
         else:
             lo, hi = max(floor, 1, best + 1 if best is not None else 1), min(k, n)
-        for w in scan:  # the episode index skips chunks without a reset
-            with self._io_lock:
-                found = self._archive.episode_starts(w, lo, hi, limit=1, reverse=not forward) if lo < hi else []
-            if found:
-                best = found[0]
-                lo, hi = (lo, best) if forward else (best + 1, hi)  # the next world need only look closer
-        return best
+        with self._io_lock:  # the nearest of any of those worlds; the episode index skips chunks without one
+            found = self._archive.episode_starts(scan, lo, hi, limit=1, reverse=not forward) if lo < hi else []
+        return found[0] if found else best
 
     def _episode_state(self, world_id: int) -> tuple[int, list[int], int]:
         """(frames read, the first starts, how many starts) of one world, read up to n_frames."""

@@ -223,6 +223,19 @@ def _inside_mask(info: ArrayInfo, coords: tuple[int, ...]) -> np.ndarray:
     return mask
 
 
+def _check_index_crc(key: str, raw: bytes) -> None:
+    if google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+        raise FormatError(f"shard {key!r} index fails its crc32c checksum; the archive is damaged")
+
+
+def _unpack(info: ArrayInfo, data: Any) -> np.ndarray:
+    """One stored (inner) chunk decoded with the array's fast layout, in array order (the transpose
+    codec's order undone)."""
+    dtype, shape, decoder, order = info.fast
+    stored = np.frombuffer(data if decoder is None else decoder.decode(data), dtype).reshape([shape[i] for i in order])
+    return stored.transpose(np.argsort(order)) if order != tuple(range(len(order))) else stored
+
+
 def _place(out: np.ndarray, box: list, chunk: np.ndarray, at: list) -> None:
     """Copy what of `chunk` (its first item at array position `at`) lies in `box` into `out` (holding `box`)."""
     dst, src = [], []
@@ -456,8 +469,7 @@ class CheckedStore(WrapperStore):
                 if raw is None:
                     return None  # no shard: fill values (damage was refused by _checked)
                 raw = raw.to_bytes()
-                if google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
-                    raise FormatError(f"shard {key!r} index fails its crc32c checksum; the archive is damaged")
+                _check_index_crc(key, raw)
                 index = np.frombuffer(raw, "<u8", count=2 * (len(raw) // 16)).reshape(-1, 2)
                 # Only a shard whose frames are all committed is never written again (a partly
                 # filled one is replaced by later flushes, with other offsets).
@@ -472,10 +484,7 @@ class CheckedStore(WrapperStore):
             buf = self._checked(key, request, get_sync(key, prototype=prototype, byte_range=request))
         if buf is None:
             return None
-        dtype, shape, decoder, order = info.fast
-        data = buf.to_bytes() if decoder is None else decoder.decode(buf.as_buffer_like())
-        stored = np.frombuffer(data, dtype).reshape([shape[i] for i in order])  # a transpose codec's order
-        return stored.transpose(np.argsort(order)) if order != tuple(range(len(order))) else stored
+        return _unpack(info, buf.to_bytes() if info.fast[2] is None else buf.as_buffer_like())
 
     def read_region_now(self, path: str, region: tuple[tuple[int, int], ...], fill: Any) -> np.ndarray | None:
         """Items [lo, hi) of the leading axes of sharded array `path` (all of the others), as zarr reads
@@ -505,7 +514,7 @@ class CheckedStore(WrapperStore):
             buf = get_sync(key, prototype=default_buffer_prototype(), byte_range=request)
         else:
             buf = sync(self._raw_get(key, default_buffer_prototype(), request))
-        dtype, shape, decoder, order = info.fast
+        dtype, shape = info.fast[:2]
         origin = [c * s for c, s in zip(coords, info.chunks)]
         if buf is None:
             self._checked(key, None, None)  # damage where it holds committed items; else fill values
@@ -519,11 +528,9 @@ class CheckedStore(WrapperStore):
         if n < info.index_size:
             raise FormatError(f"shard {key!r} is truncated: {n} bytes, less than its index of {info.index_size}")
         raw = bytes(data[n - info.index_size:])
-        if google_crc32c.value(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
-            raise FormatError(f"shard {key!r} index fails its crc32c checksum; the archive is damaged")
+        _check_index_crc(key, raw)
         table = _check_index(self._state, info, key, coords, raw, n).tolist()
         at = (np.stack(np.unravel_index(np.arange(n_inner), info.per_shard), 1) * shape + origin).tolist()
-        stored, back = [shape[i] for i in order], tuple(np.argsort(order))
         for i, (off, nbytes) in enumerate(table):
             if off == _MAX_U64:
                 _place(out, box, np.broadcast_to(np.asarray(fill, dtype), shape), at[i])
@@ -531,11 +538,11 @@ class CheckedStore(WrapperStore):
             piece = data[off:off + nbytes]
             check_chunk(info, key, piece, info.chain)
             try:
-                chunk = np.frombuffer(piece if decoder is None else decoder.decode(piece), dtype).reshape(stored)
+                chunk = _unpack(info, piece)
             except Exception as exc:  # a corrupt stream fails inside numcodecs
                 raise FormatError(f"inner chunk {i} of shard {key!r} does not decode; the archive is damaged: "
                                   f"{exc!r}") from None
-            _place(out, box, chunk.transpose(back), at[i])
+            _place(out, box, chunk, at[i])
 
     def write_now(self, key: str, data: bytes | list) -> None:
         """Replace `key` with `data` (bytes, or a list of bytes-like pieces, one after another) in one
