@@ -67,9 +67,10 @@ class ViewerPlayback:
             if self._archive.status != status and self._shown is not None:  # the writer closed: finalized
                 self._status.content = self._status_text(self._shown, self._time)
             return
-        self._notice = ""
         if n < before:
             self._frames_dropped(before, n)
+        elif before:  # (from 0: a rewrite's first commit after its drop to 0 frames, whose notice stays)
+            self._notice = ""
         self._timeline_changed()
         at_end = self._shown is None or self._shown == before - 1
         if n and at_end and not self._playing:
