@@ -40,6 +40,7 @@ __all__ = [
     "decode_video",
     "neuromechfly_world",
     "deterministic_frames",
+    "example_archive",
     "frame_selections",
     "hinge_chain_xml",
     "run_crash_trial",
@@ -88,6 +89,35 @@ def hinge_chain_xml(n_joints: int, *, n_mocap: int = 0) -> str:
                 f'<geom type="capsule" size="0.02" fromto="0 0 0 0 0 0.1"/>{body}</body>')
     mocap = "".join(f'<body name="m{i}" mocap="true"><geom size="0.01"/></body>' for i in range(n_mocap))
     return f'<mujoco model="chain{n_joints}"><worldbody>{body}{mocap}</worldbody></mujoco>'
+
+
+def example_archive(path: Any, *, world_ids: Any = (3, 7, 42), n_frames: int = 120, overwrite: bool = False,
+                    storage_options: dict | None = None) -> Any:
+    """A small humanoid archive (mujoco_warp's test model) at `path` for examples and documentation:
+    `world_ids` walk in place, each with its own swing of the limbs, with a `qvel` track, every
+    world resetting every 50 frames (staggered), at 30 frames per second. `path` may be a URL (with
+    `storage_options`). Returns `path`."""
+    from importlib.resources import files
+
+    import mujoco
+
+    from .archive.writer import create
+
+    xml = str(files("mujoco_warp") / "test_data" / "humanoid" / "humanoid.xml")
+    model = mujoco.MjModel.from_xml_path(xml)
+    W = len(world_ids)
+    t = np.arange(n_frames) / 30.0
+    phase = np.arange(W)[None, :, None] * 0.7 + np.arange(model.nq - 7)[None, None, :] * 0.3
+    qpos = np.tile(model.qpos0, (n_frames, W, 1))
+    qpos[:, :, 2] = 1.3
+    qpos[:, :, 7:] = 0.4 * np.sin(2 * np.pi * 0.8 * t[:, None, None] + phase)
+    qvel = np.zeros((n_frames, W, model.nv))
+    qvel[1:, :, 6:] = np.diff(qpos[:, :, 7:], axis=0) * 30.0
+    reset = (np.arange(n_frames)[:, None] + 17 * np.arange(W)[None, :]) % 50 == 0
+    with create(path, xml, world_ids=list(world_ids), tracks={"qvel": (model.nv,)}, overwrite=overwrite,
+                storage_options=storage_options) as writer:
+        writer.append(t, qpos, qvel=qvel, reset=reset)
+    return path
 
 
 def deterministic_frames(start: int, stop: int, n_worlds: int, nq: int, dtype: Any = np.float32) -> np.ndarray:

@@ -7,7 +7,7 @@ follows the live archive, bad requests must leave a message in the page and the 
 page's camera follows a body, and an s3:// archive is viewed with --storage-options. Two tests need
 no browser: the poses the server sends are MuJoCo's kinematics plus the grid offsets, and limits.
 The viewport is 800 px wide (narrower, viser 1.0 switches to a bottom sheet) at half resolution.
-Set MJARCHIVE_SAVE_SCREENSHOT=1 to write the README's docs/view.png.
+Set MJARCHIVE_SAVE_SCREENSHOT=1 to write the site's docs/images/view.png.
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def _changed(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _readme_picture(browser, url: str, tmp_path: Path) -> None:
-    """docs/view.png for the README: a larger page, with its controls."""
+    """docs/images/view.png for the documentation site: a larger page, with its controls."""
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         page.goto(url)
@@ -307,9 +307,9 @@ def _readme_picture(browser, url: str, tmp_path: Path) -> None:
         page.wait_for_timeout(1500)
         shot = tmp_path / "view-readme.png"
         page.screenshot(path=str(shot), animations="disabled")
-        docs = Path(__file__).resolve().parents[2] / "docs"
-        docs.mkdir(exist_ok=True)
-        shutil.copyfile(shot, docs / "view.png")
+        images = Path(__file__).resolve().parents[2] / "docs" / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, images / "view.png")
     finally:
         page.close()
 

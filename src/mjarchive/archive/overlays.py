@@ -252,7 +252,7 @@ def check_overlays(value: Any, where: str = "overlays") -> dict[str, Overlay]:
 @dataclasses.dataclass
 class OverlayFrames:
     """One overlay over a selection: `count` (F, Wsel) int32, `data` (F, Wsel, max_count, 3|6)
-    float32, and for text `text`: labels as nested lists [frame][world] of strings."""
+    float32, and for text `text`: labels as nested lists, `text[frame][world]`, of strings."""
 
     overlay: Overlay
     count: np.ndarray

@@ -37,6 +37,7 @@ from .controls import SPEEDS, ViewerControls
 from .drawing import COLOUR_FIELDS, GeomLayer, Part, not_shown, world_labels, world_looks
 from .frames import MAX_VIEW_WORLDS, FramePoses, PoseWindow
 from .geometry import geom_meshes
+from .looks import add_lights, headlight_position, sky_image
 from .overlays import MAX_LABELS, VIEW_PRIMITIVES_PER_TRACK, OverlayLayer
 from .playback import ViewerPlayback
 from .request import (check_listen, check_max_worlds, format_ids, is_loopback, markdown_text, parse_worlds, quiet,
@@ -114,6 +115,7 @@ class Viewer(ViewerControls, ViewerPlayback):
             self._build_gui(ids)
             with self._lock:
                 self._set_worlds(ids, reset_camera=True)
+                self._light_scene()
                 self._request(start)
                 if n:
                     self._show(start)  # ready when returned: a page that connects now sees the frame
@@ -224,6 +226,23 @@ class Viewer(ViewerControls, ViewerPlayback):
             self._server._websock_server.unregister_handler(_messages.ShareUrlRequest)
         except Exception:  # another viser version: the hidden button still stands
             _log.debug("could not remove viser's share-URL handler", exc_info=True)
+
+    def _light_scene(self) -> None:
+        """The model's lights and headlight (following each page's camera) instead of viser's, and its
+        skybox as the background."""
+        scene = self._server.scene
+        lights = add_lights(scene, self._model, *self._home)
+        self._headlight = next((h for h in lights if h.name == "/lights/headlight"), None)
+        if self._headlight is not None:  # MuJoCo's headlight moves with the camera
+            self._server.on_client_connect(self._follow_with_headlight)
+        scene.set_background_image(sky_image(self._model), format="png")
+
+    def _follow_with_headlight(self, client: Any) -> None:
+        def moved(camera: Any) -> None:
+            with contextlib.suppress(Exception):  # a page leaving, or a viewer closing
+                self._headlight.position = headlight_position(camera.position, camera.look_at)
+
+        client.camera.on_update(moved)
 
     def _resolve(self, worlds: Any) -> tuple[int, ...]:
         """Original world IDs to show, checked against the archive and the limit; SelectionError if not."""

@@ -10,6 +10,11 @@ at the model's size. Shapes a scale cannot make (capsules, primitives whose mode
 and height field geoms drawing another asset) get one batched mesh per distinct shape among the
 worlds, rebuilt when the values in force change.
 
+Materials as `looks` draws them: a geom with a drawable 2D texture (`Textures.drawable`) is a
+textured batched mesh (a glTF with the texture, and the model's colour); other geoms are coloured,
+tinted by their texture's mean colour and emission. When the archive declares a colour variant
+(COLOUR_FIELDS), every geom takes the untextured path, whose colours can differ per world.
+
     layer = GeomLayer(server.scene, model, geom_meshes(model), offsets, variant_fields=archive.variant_fields)
     layer.update(pos, quat)                         # every frame: (W, G, 3) and (W, G, 4) wxyz
     layer.set_looks(world_looks(model, layer.geoms, [window.variant(w, f) for w in worlds]), pos, quat)
@@ -26,6 +31,7 @@ import numpy as np
 
 from . import geometry
 from .geometry import GeomMesh, geom_mesh
+from .looks import Textures
 
 __all__ = ["COLOUR_FIELDS", "SHOWN_FIELDS", "GeomLayer", "Looks", "Part", "not_shown", "world_labels", "world_looks"]
 
@@ -113,6 +119,8 @@ class GeomLayer:
         self._columns: list[list[Part]] = []
         self._built_meshes: dict[tuple[int, Any], GeomMesh | None] = {}
         self._moving_floor = "geom_quat" in frozenset(variant_fields)
+        self._textures = Textures(model)
+        self._tints = [self._textures.tint(m.geom) for m in self._meshes]  # (3,) per column
 
     @property
     def geoms(self) -> list[int]:
@@ -159,11 +167,21 @@ class GeomLayer:
                 scales = self._floor_scale(mesh)
             else:
                 positions, wxyzs, scales = pos[:, column], quat[:, column], None
-            handle = self._add(f"/worlds/geom_{g}", mesh, positions, wxyzs, scales, mesh.rgba, opacity, shared)
+            handle = self._add(f"/worlds/geom_{g}", mesh, positions, wxyzs, scales, opacity, shared, textured=True)
             self._columns.append([Part(column, g, handle, shared, slice(None), None, mesh)])
 
-    def _add(self, name: str, mesh: GeomMesh, positions, wxyzs, scales, rgba, opacity, shared: bool) -> Any:
-        rgb = tuple(int(round(255 * c)) for c in rgba[:3])
+    def _add(self, name: str, mesh: GeomMesh, positions, wxyzs, scales, opacity, shared: bool, *,
+             textured: bool = False) -> Any:
+        """`mesh`'s batched mesh; with its texture where `textured` (the model's shape) allows it and
+        no colour varies per world."""
+        if textured and not self._fields & COLOUR_FIELDS:
+            glb = self._textures.mesh(mesh, scale=None if scales is None else scales[0])
+            if glb is not None:
+                return self._scene.add_batched_meshes_trimesh(
+                    name, glb, batched_wxyzs=wxyzs, batched_positions=positions, batched_scales=scales, lod="off",
+                    cast_shadow=not shared, receive_shadow=True)
+        tint = self._textures.tint(mesh.geom)
+        rgb = tuple(int(round(255 * min(1.0, c * k))) for c, k in zip(mesh.rgba[:3], tint))
         return self._scene.add_batched_meshes_simple(
             name, mesh.vertices, mesh.faces, batched_wxyzs=wxyzs, batched_positions=positions,
             batched_scales=scales, batched_colors=rgb, opacity=opacity, lod="off",
@@ -194,7 +212,7 @@ class GeomLayer:
                 p = parts[0]
                 rgba = looks.rgba[:1, column]
                 if colours:
-                    self._colour(p, rgba)
+                    self._colour(p, rgba, self._tints[column])
                 p.handle.batched_scales = self._floor_scale(p.mesh) * (rgba[:, 3:] > 0)
                 continue
             if [(p.key, _rows_key(p.rows)) for p in parts] != [(k, _rows_key(r)) for k, r in groups[column]]:
@@ -202,7 +220,7 @@ class GeomLayer:
             for p in parts:
                 rgba = looks.rgba[p.rows, column]
                 if colours:
-                    self._colour(p, rgba)
+                    self._colour(p, rgba, self._tints[column])
                 p.handle.batched_scales = self._scales(p, looks, rgba)
 
     def check_looks(self, looks: Looks) -> dict[int, list[tuple[Any, Any]]]:
@@ -228,8 +246,9 @@ class GeomLayer:
         return groups
 
     @staticmethod
-    def _colour(p: Part, rgba: np.ndarray) -> None:
-        p.handle.batched_colors = np.round(rgba[:, :3] * 255).astype(np.uint8)
+    def _colour(p: Part, rgba: np.ndarray, tint: np.ndarray) -> None:
+        """Per-world colours (n, 4) times the model's texture tint (3,) of the geom."""
+        p.handle.batched_colors = np.round(np.clip(rgba[:, :3] * tint, 0.0, 1.0) * 255).astype(np.uint8)
         alpha = rgba[:, 3]
         # Per-instance opacities make the whole mesh transparent (sorted, no depth writes): only when needed.
         translucent = ((alpha > 0) & (alpha < 1)).any()
@@ -280,8 +299,8 @@ class GeomLayer:
             if mesh is None:
                 continue  # an asset without a drawable surface here: those worlds draw nothing for this geom
             name = f"/worlds/geom_{g}" if len(groups) == 1 else f"/worlds/geom_{g}_{i}"
-            handle = self._add(name, mesh, pos[rows, column], quat[rows, column], None, base.rgba, opacity,
-                               False)
+            handle = self._add(name, mesh, pos[rows, column], quat[rows, column], None, opacity, False,
+                               textured=key is None)
             parts.append(Part(column, g, handle, False, rows, key, mesh))
         self._columns[column] = parts
         return parts
