@@ -74,7 +74,8 @@ def runnable(page: Path) -> list[tuple[str, str, str]]:
         if kind in ("python", "setup"):
             out.append(("python", code, where))
         elif kind in SHELL:
-            commands = [c for c in code.replace("\\\n", " ").splitlines() if c.strip() and not c.lstrip().startswith("#")]
+            lines = code.replace("\\\n", " ").splitlines()
+            commands = [c for c in lines if c.strip() and not c.lstrip().startswith("#")]
             foreign = [c for c in commands if not (MJARCHIVE_COMMAND.match(c.strip()) or ASSIGNMENT.match(c.strip()))]
             assert not foreign, (f"{where}: a shell example runs only mjarchive commands; mark it with "
                                  f"'<!-- skip: reason -->' or change {foreign[0]!r}")

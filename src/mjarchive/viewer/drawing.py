@@ -167,20 +167,20 @@ class GeomLayer:
                 scales = self._floor_scale(mesh)
             else:
                 positions, wxyzs, scales = pos[:, column], quat[:, column], None
-            handle = self._add(f"/worlds/geom_{g}", mesh, positions, wxyzs, scales, opacity, shared, textured=True)
+            handle = self._add(f"/worlds/geom_{g}", mesh, positions, wxyzs, scales, opacity, shared,
+                               self._tints[column], textured=True)
             self._columns.append([Part(column, g, handle, shared, slice(None), None, mesh)])
 
-    def _add(self, name: str, mesh: GeomMesh, positions, wxyzs, scales, opacity, shared: bool, *,
-             textured: bool = False) -> Any:
+    def _add(self, name: str, mesh: GeomMesh, positions, wxyzs, scales, opacity, shared: bool,
+             tint: np.ndarray, *, textured: bool = False) -> Any:
         """`mesh`'s batched mesh; with its texture where `textured` (the model's shape) allows it and
-        no colour varies per world."""
+        no colour varies per world, else in its colour times `tint` (its column's `Textures.tint`)."""
         if textured and not self._fields & COLOUR_FIELDS:
-            glb = self._textures.mesh(mesh, scale=None if scales is None else scales[0])
-            if glb is not None:
+            textured_mesh = self._textures.mesh(mesh, scale=None if scales is None else scales[0])
+            if textured_mesh is not None:
                 return self._scene.add_batched_meshes_trimesh(
-                    name, glb, batched_wxyzs=wxyzs, batched_positions=positions, batched_scales=scales, lod="off",
-                    cast_shadow=not shared, receive_shadow=True)
-        tint = self._textures.tint(mesh.geom)
+                    name, textured_mesh, batched_wxyzs=wxyzs, batched_positions=positions, batched_scales=scales,
+                    lod="off", cast_shadow=not shared, receive_shadow=True)
         rgb = tuple(int(round(255 * min(1.0, c * k))) for c, k in zip(mesh.rgba[:3], tint))
         return self._scene.add_batched_meshes_simple(
             name, mesh.vertices, mesh.faces, batched_wxyzs=wxyzs, batched_positions=positions,
@@ -300,7 +300,7 @@ class GeomLayer:
                 continue  # an asset without a drawable surface here: those worlds draw nothing for this geom
             name = f"/worlds/geom_{g}" if len(groups) == 1 else f"/worlds/geom_{g}_{i}"
             handle = self._add(name, mesh, pos[rows, column], quat[rows, column], None, opacity, False,
-                               textured=key is None)
+                               self._tints[column], textured=key is None)
             parts.append(Part(column, g, handle, False, rows, key, mesh))
         self._columns[column] = parts
         return parts
