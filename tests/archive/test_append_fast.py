@@ -3,8 +3,14 @@ their store write; the bytes stay exactly what zarr-python writes."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import numpy as np
+import pytest
 import zarr
+
+import mjarchive.archive.storage.local as local
 
 from mjarchive.archive.creation import _create_frame_world_array
 from mjarchive.archive.storage.locations import make_store
@@ -37,6 +43,75 @@ def test_pieces_are_written_as_one_object(tmp_path):
     store.write_now("a/c/0", [b"x"])  # replaces the object, like bytes do
     assert (tmp_path / "s" / "a" / "c" / "0").read_bytes() == b"x"
     assert not [p for p in (tmp_path / "s" / "a" / "c").iterdir() if p.name != "0"]  # no temporary file left
+
+
+_REAL_OPEN = os.open
+
+
+def _large_pieces(rng) -> list:
+    """About 2.6 direct-write segments of bytes, in pieces that straddle segment boundaries."""
+    sizes = [local._DIRECT_SEGMENT - 5, 10, local._DIRECT_SEGMENT + 4096, 3, local._DIRECT_SEGMENT // 2 + 1]
+    return [rng.bytes(n) for n in sizes]
+
+
+def _spy_open(monkeypatch, refuse: bool = False) -> list[int]:
+    """Record the flags of each file opened for writing; with `refuse`, fail O_DIRECT like a file
+    system without it (EINVAL)."""
+    flags_seen = []
+
+    def spying_open(path, flags, *args, **kwargs):
+        if flags & os.O_WRONLY:
+            flags_seen.append(flags)
+            if refuse and flags & local._O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument")
+        return _REAL_OPEN(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(local.os, "open", spying_open)
+    monkeypatch.setattr(local, "_no_direct_devices", set())
+    return flags_seen
+
+
+@pytest.mark.skipif(not local._O_DIRECT, reason="no O_DIRECT on this platform")
+def test_large_objects_are_written_direct_and_exact(tmp_path, monkeypatch):
+    store = make_store(tmp_path / "s", read_only=False)
+    rng = np.random.default_rng(2)
+    flags = _spy_open(monkeypatch)
+    for key, pieces in [("a/c/0", _large_pieces(rng)),  # unaligned total, several segments
+                        ("a/c/1", [rng.bytes(local._DIRECT_SEGMENT)]),  # exactly one segment
+                        ("a/c/2", [rng.bytes(local._DIRECT_MIN_BYTES - 1)])]:  # small: through the page cache
+        store.write_now(key, pieces)
+        assert (tmp_path / "s" / key).read_bytes() == b"".join(pieces)
+    assert [bool(f & local._O_DIRECT) for f in flags] == [True, True, False]
+    store.write_now("a/c/0", [b"short"])  # a shorter object replaces it whole: no stale tail
+    assert (tmp_path / "s" / "a" / "c" / "0").read_bytes() == b"short"
+    assert sorted(p.name for p in (tmp_path / "s" / "a" / "c").iterdir()) == ["0", "1", "2"]
+
+
+@pytest.mark.skipif(not local._O_DIRECT, reason="no O_DIRECT on this platform")
+def test_file_systems_refusing_direct_writes_get_buffered_ones(tmp_path, monkeypatch):
+    store = make_store(tmp_path / "s", read_only=False)
+    rng = np.random.default_rng(3)
+    flags = _spy_open(monkeypatch, refuse=True)  # refused at open: remembered for the device
+    for key in ("a/c/0", "a/c/1"):
+        pieces = _large_pieces(rng)
+        store.write_now(key, pieces)
+        assert (tmp_path / "s" / key).read_bytes() == b"".join(pieces)
+    assert [bool(f & local._O_DIRECT) for f in flags] == [True, False, False]
+
+    flags = _spy_open(monkeypatch)  # taken at open, refused at the first write: rewritten buffered
+    real_pwrite, calls = os.pwrite, []
+
+    def refusing_pwrite(fd, data, offset):
+        calls.append(offset)
+        if len(calls) == 1:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(local.os, "pwrite", refusing_pwrite)
+    pieces = _large_pieces(rng)
+    store.write_now("a/c/2", pieces)
+    assert (tmp_path / "s" / "a" / "c" / "2").read_bytes() == b"".join(pieces)
+    assert calls == [0] and bool(flags[0] & local._O_DIRECT)
 
 
 def test_shards_compressed_ahead_match_zarr(tmp_path):

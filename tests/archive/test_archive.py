@@ -467,6 +467,38 @@ def test_backpressure_with_tiny_queue(tmp_path):
         np.testing.assert_array_equal(archive.select().qpos, deterministic_frames(0, 50, 4, 3))
 
 
+def test_blocks_fill_chunk_buffers_in_place_and_a_refused_block_leaves_none(tmp_path):
+    """append() copies into the writer's chunk buffers (the caller's array is free again at once); a
+    block may span several; a block refused after part of it was copied appends nothing."""
+    W, nq, cf = 3, 2, 4
+    frames = deterministic_frames(0, 40, W, nq)
+    times = np.arange(40) / 30
+    with mjarchive.create(tmp_path / "s.zarr", chain_bundle(nq), n_worlds=W, chunk_frames=cf,
+                          max_pending_bytes=1) as w:  # two chunk buffers, the least
+        reused = frames[:3].copy()
+        w.append(times[:3], reused)
+        reused[:] = -1.0  # what was appended is already stored in the writer
+        w.append(times[3:13], frames[3:13])  # rows 3, 4-7, 8-11 and 12: three buffers' worth
+        bad = frames[13:23].astype(np.float64)
+        bad[7, 1, 0] = 1e39  # finite in float64, inf once stored as float32, in the block's third buffer
+        with pytest.raises(AppendError, match="frame 20, world 1"):
+            w.append(times[13:23], bad)
+        assert w.n_frames == 13
+        w.flush()  # the partly filled chunk is stored and committed; the writer keeps filling it
+        assert w.n_committed == 13
+        bad = frames[13:18].copy()
+        bad[4, 2, 1] = np.nan  # a short block: copied in place, refused in the buffer taken for its end
+        with pytest.raises(AppendError, match="frame 17, world 2"):
+            w.append(times[13:18], bad)
+        w.append(times[13:23], frames[13:23].astype(np.float64))
+        for f in range(23, 40):
+            w.append(times[f], frames[f])
+        assert w._n_buffers == 2  # memory stays bounded by max_pending_bytes (at least two buffers)
+    with mjarchive.open(tmp_path / "s.zarr") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, frames)
+        np.testing.assert_array_equal(archive.select().time, times)
+
+
 def test_create_refuses_existing_and_bad_arguments(small_archive, tmp_path):
     with pytest.raises(ArchiveExistsError, match="overwrite=True"):
         mjarchive.create(small_archive, chain_bundle(2), n_worlds=1)

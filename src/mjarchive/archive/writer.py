@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import threading
 from collections import deque
 from typing import Any
@@ -40,7 +41,19 @@ __all__ = ["ArchiveWriter", "create", "DEFAULT_CHUNK_FRAMES", "DEFAULT_SHARD_WOR
 #: Chosen by benchmarks/bench_format.py: see benchmarks/README.md.
 DEFAULT_CHUNK_FRAMES = 512
 DEFAULT_SHARD_WORLDS = 256
-DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
+DEFAULT_MAX_PENDING_BYTES = 128 * 2**20
+
+
+def _small_page_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized array in 4 KiB pages. numpy asks for transparent huge pages above 4 MiB, and
+    in VMs that hand free memory back to the host (balloon free-page reporting) a huge page's first
+    touch costs 4x more than its small pages' (0.4 vs 1.8 GB/s): the first chunks of every writer."""
+    nbytes = max(1, math.prod(shape)) * dtype.itemsize
+    if nbytes < 4 << 20 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
+        return np.empty(shape, dtype)
+    pages = mmap.mmap(-1, nbytes)
+    pages.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
 
 
 class _Arrays:
@@ -95,6 +108,12 @@ class ArchiveWriter:
     while the next chunk fills), on `flush()` and on `close()`. It holds the archive's writer lease until `close()` (one writer per archive); if
     another writer takes the lease over, it finishes at most the write cycle under way (see the spec,
     "Writer lease"), then writes nothing more and raises WriterLockedError.
+
+    `append()` copies frames straight into a chunk buffer (chunk_frames × worlds × a frame's bytes)
+    and returns; full buffers are compressed and stored in the background and then reused. The
+    writer keeps at most max(2, max_pending_bytes // buffer size) buffers: when all are full,
+    `append()` waits for one (back-pressure). Shards of 1 MiB or more are written with O_DIRECT
+    where the file system takes it (`MJARCHIVE_DIRECT_IO=0` turns that off).
     """
 
     def __init__(self, root: zarr.Group, manifest: Manifest, n_frames: int, *, location: Any,
@@ -126,9 +145,7 @@ class ArchiveWriter:
         self._last_time = -math.inf
         self._closed = False
         self._error: BaseException | None = None
-        self._pending: deque = deque()
-        self._pending_bytes = 0
-        self._max_pending_bytes = max_pending_bytes
+        self._work: deque = deque()  # for the background thread: (start, buffer, rows, flush ticket or None)
         self._cond = threading.Condition()
         self._flush_requested = 0
         self._flush_done = 0
@@ -149,9 +166,14 @@ class ArchiveWriter:
             raise FormatError(f"the archive's variant event arrays have unreadable metadata: {exc!r}") from exc
         self._variants.check_resumed()
         self._index = IndexWriter(root, manifest, n_frames) if has_index(manifest) else None
-        self._buffer = self._new_buffer()
-        self._spare: dict[str, np.ndarray] | None = None  # the other buffer, allocated at the first whole chunk
-        self._in_flight: tuple[int, list] | None = None  # (frame count to commit, its store writes)
+        # Chunk buffers: the caller copies frames straight into the one it fills; a full one goes to the
+        # background thread and comes back once stored. Reusing them keeps appends off fresh memory.
+        chunk_bytes = cf * sum(max(1, math.prod(s)) * d.itemsize for s, d in self._frame_shapes.values())
+        self._max_buffers = max(2, max_pending_bytes // chunk_bytes)  # one filling, one compressed and stored
+        self._free_buffers: list[dict[str, np.ndarray]] = []
+        self._buffer: dict[str, np.ndarray] | None = self._new_buffer()
+        self._n_buffers = 1
+        self._in_flight: tuple[int, list, dict | None] | None = None  # (frames to commit, store writes, buffer)
         self._buffer_start = (n_frames // cf) * cf
         self._buffer_fill = n_frames - self._buffer_start
         if n_frames:
@@ -221,7 +243,7 @@ class ArchiveWriter:
             if value is None:
                 if name in ("qpos",) or name in self.manifest.tracks or name.startswith("mocap"):
                     raise AppendError(f"append() needs {name!r} for every frame (shape {shape})")
-                value = np.zeros((k, *shape), bool)
+                value = np.broadcast_to(np.False_, (k, *shape))
             elif single:
                 value = np.asarray(value)[None]
             value = np.asarray(value)
@@ -230,26 +252,10 @@ class ArchiveWriter:
                                   f"expected {shape if single else (k, *shape)}")
             if dtype.kind == "f" and value.dtype.kind not in "fiu":
                 raise AppendError(f"{name} must be numeric, got dtype {value.dtype}")
-            stored = self._to_storage(name, value, dtype)
-            # Checked after the cast: a float64 value beyond float32's range becomes inf only there.
-            if self.check_finite and stored.dtype.kind == "f" and not np.isfinite(stored).all():
-                f, w = np.argwhere(~np.isfinite(stored.reshape(k, stored.shape[1], -1)))[0][:2]
-                raise AppendError(
-                    f"{name} is not finite at frame {self._n_appended + int(f)}, world "
-                    f"{self.manifest.world_ids[int(w)]} (as stored in {dtype}); pass check_finite=False to "
-                    "mjarchive.create() to allow it"
-                )
-            block[name] = stored
+            block[name] = self._quantized(name, value, dtype)
         self._check_times(times)
-        nbytes = sum(v.nbytes for v in block.values())
-        with self._cond:
-            while self._pending_bytes and self._pending_bytes + nbytes > self._max_pending_bytes and not self._error:
-                self._cond.wait()
-            self._raise_background_error()
-            self._pending.append(block)
-            self._pending_bytes += nbytes
-            self._n_appended += k
-            self._cond.notify_all()
+        self._stage(block, k)
+        self._last_time = float(times[-1]) if k else self._last_time
 
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record new values of model fields declared in `variant_fields` for some worlds, in force
@@ -289,6 +295,8 @@ class ArchiveWriter:
         with self._cond:
             self._flush_requested += 1
             ticket = self._flush_requested
+            # The rows of the chunk being filled are stored too; the buffer stays this thread's.
+            self._work.append((self._buffer_start, self._buffer, self._buffer_fill, ticket))
             self._cond.notify_all()
             while self._flush_done < ticket and not self._error:
                 self._cond.wait()
@@ -349,6 +357,7 @@ class ArchiveWriter:
             raise MjArchiveError(f"the archive writer failed in the background: {self._error!r}") from self._error
 
     def _check_times(self, times: np.ndarray) -> None:
+        """Raise AppendError unless `times` are finite and continue to increase (nothing changes)."""
         if not times.size:  # an empty block (a rollout in which no frame was due) appends nothing
             return
         if not np.isfinite(times).all():
@@ -361,9 +370,10 @@ class ArchiveWriter:
                 f"time must strictly increase: frame {self._n_appended + i} has time {times[i]!r} after "
                 f"{previous[i]!r}"
             )
-        self._last_time = float(times[-1])
 
-    def _to_storage(self, name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    def _quantized(self, name: str, value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """`value` as stored: rounded to the archive's precision (qpos and mocap, when it has one) in
+        `dtype`, or else as given (it is cast while it is copied into the chunk buffer)."""
         abs_error = self.manifest.abs_error
         if abs_error is not None and name in ("qpos", "mocap_pos", "mocap_quat"):
             rounded, bound = quantize(value.astype(np.float64), abs_error)
@@ -374,50 +384,106 @@ class ArchiveWriter:
                     "precision or dtype='float64'"
                 )
             return stored
-        with np.errstate(over="ignore"):  # overflow to inf is reported by the finiteness check
-            return np.array(value, dtype=dtype, copy=True)
+        return value
+
+    def _stage(self, block: dict[str, np.ndarray], k: int) -> None:
+        """Copy a checked block of `k` frames into the chunk buffer (the next one too, if it fills this
+        one), check what was stored is finite, and only then count the frames as appended."""
+        cf = self.manifest.chunk_frames
+        if self._buffer_fill + k > 2 * cf:
+            # It would hold more than one further buffer, which may not exist before these are stored:
+            # checked whole as stored first, then staged a chunk at a time (pieces that cannot fail).
+            stored = {}
+            for name, value in block.items():
+                stored[name] = np.empty(value.shape, self._frame_shapes[name][1])
+                self._store_rows(name, stored[name], value, self._n_appended)
+            for lo in range(0, k, cf):
+                self._stage({name: value[lo:lo + cf] for name, value in stored.items()}, min(cf, k - lo))
+            return
+        buffer, fill, done = self._filling_buffer(), self._buffer_fill, 0
+        full, taken = [], []  # buffers this block fills; buffers taken for it
+        try:
+            while done < k:
+                take = min(k - done, cf - fill)
+                for name, value in block.items():
+                    self._store_rows(name, buffer[name][fill:fill + take], value[done:done + take],
+                                     self._n_appended + done)
+                done, fill = done + take, fill + take
+                if fill == cf and done < k:
+                    full.append(buffer)
+                    buffer, fill = self._take_buffer(), 0
+                    taken.append(buffer)
+        except BaseException:
+            with self._cond:  # the block is refused: buffers taken for it go back unused
+                self._free_buffers.extend(taken)
+            raise
+        start = self._buffer_start
+        with self._cond:
+            for whole in full + ([buffer] if fill == cf else []):
+                self._work.append((start, whole, cf, None))
+                start += cf
+            self._n_appended += k
+            self._cond.notify_all()
+        self._buffer = None if fill == cf else buffer
+        self._buffer_start, self._buffer_fill = start, fill % cf
+
+    def _store_rows(self, name: str, rows: np.ndarray, value: np.ndarray, first_frame: int) -> None:
+        """`rows[...] = value` in the stored dtype; AppendError if that is not finite where it must be
+        (time is checked by _check_times, overlays by their own rules: they may hold NaN)."""
+        try:
+            with np.errstate(over="ignore"):  # overflow to inf is reported by the finiteness check
+                np.copyto(rows, value, casting="unsafe")
+        except (TypeError, ValueError) as exc:
+            raise AppendError(f"{name} cannot be stored as {rows.dtype}: {exc}") from None
+        # Checked after the cast: a float64 value beyond float32's range becomes inf only there.
+        if (self.check_finite and rows.dtype.kind == "f" and name != "time" and not name.startswith("overlays/")
+                and not np.isfinite(rows).all()):
+            f, w = np.argwhere(~np.isfinite(rows.reshape(len(rows), rows.shape[1], -1)))[0][:2]
+            raise AppendError(
+                f"{name} is not finite at frame {first_frame + int(f)}, world {self.manifest.world_ids[int(w)]} "
+                f"(as stored in {rows.dtype}); pass check_finite=False to mjarchive.create() to allow it"
+            )
+
+    def _filling_buffer(self) -> dict[str, np.ndarray]:
+        if self._buffer is None:
+            self._buffer = self._take_buffer()
+        return self._buffer
+
+    def _take_buffer(self) -> dict[str, np.ndarray]:
+        """A free chunk buffer: one the background thread gave back, a new one while fewer than
+        `_max_buffers` exist, or else the next one it gives back (the caller waits: back-pressure)."""
+        with self._cond:
+            while not self._free_buffers and self._n_buffers >= self._max_buffers and not self._error:
+                self._cond.wait()
+            self._raise_background_error()
+            if self._free_buffers:
+                return self._free_buffers.pop()
+            self._n_buffers += 1
+        return self._new_buffer()
 
     # -- background thread ---------------------------------------------------------------------------
     def _run(self) -> None:
-        cf = self.manifest.chunk_frames
         try:
             while True:
                 with self._cond:
-                    idle = not self._pending and self._flush_done == self._flush_requested
+                    idle = not self._work
                 if idle:  # commit what is stored before waiting for more frames
                     self._finish_cycle()
                 with self._cond:
-                    while not self._pending and self._flush_done == self._flush_requested and not self._closed:
+                    while not self._work and not self._closed:
                         self._cond.wait()
-                    if not self._pending and self._flush_done == self._flush_requested and self._closed:
+                    if not self._work:
                         return
-                    block = self._pending.popleft() if self._pending else None
-                    flush_ticket = self._flush_requested if block is None else None
-                if block is not None:
-                    k = block["time"].shape[0]
-                    done = 0
-                    while done < k:
-                        fill = self._buffer_fill
-                        take = min(k - done, cf - fill)
-                        for name, buf in self._buffer.items():
-                            buf[fill:fill + take] = block[name][done:done + take]
-                        done += take
-                        self._buffer_fill += take
-                        if self._buffer_fill == cf:
-                            # Compressing from now on, stored once the previous chunk's writes are done (so
-                            # the cores do not idle meanwhile), and committed while the other buffer fills.
-                            for name, fast in self._arrays.shard_writers.items():
-                                fast.encode_async(self._buffer_start, self._buffer[name])
-                            self._write_buffer(cf, wait=False)
-                            self._buffer, self._spare = self._spare or self._new_buffer(), self._buffer
-                            self._buffer_start += cf
-                            self._buffer_fill = 0
-                    with self._cond:
-                        self._pending_bytes -= sum(v.nbytes for v in block.values())
-                        self._cond.notify_all()
-                else:
-                    if self._buffer_fill:
-                        self._write_buffer(self._buffer_fill)
+                    start, buffer, n, flush_ticket = self._work.popleft()
+                if flush_ticket is None:
+                    # Compressing from now on, stored once the previous chunk's writes are done (so the
+                    # cores do not idle meanwhile), and committed while the next chunk is compressed.
+                    for name, fast in self._arrays.shard_writers.items():
+                        fast.encode_async(start, buffer[name])
+                    self._write_buffer(start, buffer, n, wait=False)
+                else:  # a flush: the caller waits, and keeps its partly filled buffer
+                    if n:
+                        self._write_buffer(start, buffer, n)
                     self._finish_cycle()
                     with self._cond:
                         self._flush_done = flush_ticket
@@ -427,12 +493,12 @@ class ArchiveWriter:
                 self._error = exc
                 self._cond.notify_all()
 
-    def _write_buffer(self, n: int, wait: bool = True) -> None:
-        """Write buffer rows [0, n) at the buffer's start, then commit; with `wait=False`, whole shards
-        are stored in the background and committed by `_finish_cycle` (the buffer must not change until
-        then)."""
+    def _write_buffer(self, start: int, buffer: dict[str, np.ndarray], n: int, wait: bool = True) -> None:
+        """Write `buffer` rows [0, n) at frame `start`, then commit. With `wait=False` (a whole chunk),
+        shards are stored in the background, committed by the next `_finish_cycle`, and the buffer is
+        given back to the caller then (it must not change until that)."""
         self._finish_cycle()  # one write cycle at a time: the lease renewal covers one
-        start, stop = self._buffer_start, self._buffer_start + n
+        stop = start + n
         if self._lease is not None:  # a writer that lost its lease writes nothing, not even chunks
             self._lease.renew()
         if self._arrays.capacity() < stop:
@@ -441,28 +507,33 @@ class ArchiveWriter:
         puts = []
         for name, arr in self._arrays.arrays.items():
             fast = self._arrays.shard_writers.get(name)
-            stored = fast.write_async(start, self._buffer[name][:n]) if fast is not None else None
+            stored = fast.write_async(start, buffer[name][:n]) if fast is not None else None
             if stored is None:
-                arr[start:stop] = self._buffer[name][:n]
+                arr[start:stop] = buffer[name][:n]
             else:
                 puts += stored
         if self._index is not None:  # stored before the commit, like the chunk it counts
-            self._index.write(start, self._buffer["reset"][:n])
-        self._in_flight = (stop, puts)
+            self._index.write(start, buffer["reset"][:n])
+        self._in_flight = (stop, puts, None if wait else buffer)
         if wait:
             self._finish_cycle()
 
     def _finish_cycle(self) -> None:
-        """Wait until the chunks of the write cycle under way are stored, then commit them."""
+        """Wait until the chunks of the write cycle under way are stored, then commit them and give
+        their buffer back."""
         if self._in_flight is None:
             return
-        stop, puts = self._in_flight
+        stop, puts, buffer = self._in_flight
         self._in_flight = None
         for put in puts:
             put.result()
         if stop > self._n_committed:
             self._variants.write(stop, self._cond)
             self._commit(stop, "live")
+        if buffer is not None:
+            with self._cond:
+                self._free_buffers.append(buffer)
+                self._cond.notify_all()
 
     def _settle_cycle(self) -> None:
         """After the background thread ended: let the store writes of a cycle it left (it failed
@@ -478,7 +549,7 @@ class ArchiveWriter:
     def _new_buffer(self) -> dict[str, np.ndarray]:
         cf = self.manifest.chunk_frames
         try:
-            return {n: np.zeros((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+            return {n: _small_page_array((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
         except MemoryError:
             raise MjArchiveError(f"a chunk buffer of {cf} frames × {len(self.world_ids)} worlds does not fit in "
                                  "memory") from None
