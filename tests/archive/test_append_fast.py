@@ -45,7 +45,7 @@ def test_pieces_are_written_as_one_object(tmp_path):
     assert not [p for p in (tmp_path / "s" / "a" / "c").iterdir() if p.name != "0"]  # no temporary file left
 
 
-_REAL_OPEN = os.open
+_REAL_FCNTL = local.fcntl.fcntl if local.fcntl is not None else None
 
 
 def _large_pieces(rng) -> list:
@@ -54,34 +54,35 @@ def _large_pieces(rng) -> list:
     return [rng.bytes(n) for n in sizes]
 
 
-def _spy_open(monkeypatch, refuse: bool = False) -> list[int]:
-    """Record the flags of each file opened for writing; with `refuse`, fail O_DIRECT like a file
-    system without it (EINVAL)."""
-    flags_seen = []
+def _spy_direct(monkeypatch, refuse: bool = False) -> list[int]:
+    """Record each file descriptor switched to O_DIRECT; with `refuse`, fail that like a file system
+    without O_DIRECT does (EINVAL)."""
+    switched = []
 
-    def spying_open(path, flags, *args, **kwargs):
-        if flags & os.O_WRONLY:
-            flags_seen.append(flags)
-            if refuse and flags & local._O_DIRECT:
+    def spying_fcntl(fd, cmd, arg=0):
+        if cmd == local.fcntl.F_SETFL and arg & local._O_DIRECT:
+            if refuse:
                 raise OSError(errno.EINVAL, "Invalid argument")
-        return _REAL_OPEN(path, flags, *args, **kwargs)
+            switched.append(fd)
+        return _REAL_FCNTL(fd, cmd, arg)
 
-    monkeypatch.setattr(local.os, "open", spying_open)
+    monkeypatch.setattr(local.fcntl, "fcntl", spying_fcntl)
     monkeypatch.setattr(local, "_no_direct_devices", set())
-    return flags_seen
+    return switched
 
 
 @pytest.mark.skipif(not local._O_DIRECT, reason="no O_DIRECT on this platform")
 def test_large_objects_are_written_direct_and_exact(tmp_path, monkeypatch):
     store = make_store(tmp_path / "s", read_only=False)
     rng = np.random.default_rng(2)
-    flags = _spy_open(monkeypatch)
-    for key, pieces in [("a/c/0", _large_pieces(rng)),  # unaligned total, several segments
-                        ("a/c/1", [rng.bytes(local._DIRECT_SEGMENT)]),  # exactly one segment
-                        ("a/c/2", [rng.bytes(local._DIRECT_MIN_BYTES - 1)])]:  # small: through the page cache
+    switched = _spy_direct(monkeypatch)
+    for key, pieces, direct in [("a/c/0", _large_pieces(rng), True),  # unaligned total, several segments
+                                ("a/c/1", [rng.bytes(local._DIRECT_SEGMENT)], True),  # exactly one segment
+                                ("a/c/2", [rng.bytes(local._DIRECT_MIN_BYTES - 1)], False)]:  # small: page cache
+        before = len(switched)
         store.write_now(key, pieces)
         assert (tmp_path / "s" / key).read_bytes() == b"".join(pieces)
-    assert [bool(f & local._O_DIRECT) for f in flags] == [True, True, False]
+        assert len(switched) == before + direct
     store.write_now("a/c/0", [b"short"])  # a shorter object replaces it whole: no stale tail
     assert (tmp_path / "s" / "a" / "c" / "0").read_bytes() == b"short"
     assert sorted(p.name for p in (tmp_path / "s" / "a" / "c").iterdir()) == ["0", "1", "2"]
@@ -91,14 +92,15 @@ def test_large_objects_are_written_direct_and_exact(tmp_path, monkeypatch):
 def test_file_systems_refusing_direct_writes_get_buffered_ones(tmp_path, monkeypatch):
     store = make_store(tmp_path / "s", read_only=False)
     rng = np.random.default_rng(3)
-    flags = _spy_open(monkeypatch, refuse=True)  # refused at open: remembered for the device
+    _spy_direct(monkeypatch, refuse=True)  # refused when switched on: remembered for the device
     for key in ("a/c/0", "a/c/1"):
         pieces = _large_pieces(rng)
         store.write_now(key, pieces)
         assert (tmp_path / "s" / key).read_bytes() == b"".join(pieces)
-    assert [bool(f & local._O_DIRECT) for f in flags] == [True, False, False]
+    assert len(local._no_direct_devices) == 1
+    assert sorted(p.name for p in (tmp_path / "s" / "a" / "c").iterdir()) == ["0", "1"]  # no .partial left
 
-    flags = _spy_open(monkeypatch)  # taken at open, refused at the first write: rewritten buffered
+    switched = _spy_direct(monkeypatch)  # switched on, refused at the first write: rewritten buffered
     real_pwrite, calls = os.pwrite, []
 
     def refusing_pwrite(fd, data, offset):
@@ -108,10 +110,11 @@ def test_file_systems_refusing_direct_writes_get_buffered_ones(tmp_path, monkeyp
         return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(local.os, "pwrite", refusing_pwrite)
-    pieces = _large_pieces(rng)
-    store.write_now("a/c/2", pieces)
-    assert (tmp_path / "s" / "a" / "c" / "2").read_bytes() == b"".join(pieces)
-    assert calls == [0] and bool(flags[0] & local._O_DIRECT)
+    for key in ("a/c/2", "a/c/3"):  # the second is not tried direct: the device is remembered
+        pieces = _large_pieces(rng)
+        store.write_now(key, pieces)
+        assert (tmp_path / "s" / key).read_bytes() == b"".join(pieces)
+    assert calls == [0] and len(switched) == 1
 
 
 def test_shards_compressed_ahead_match_zarr(tmp_path):

@@ -51,8 +51,14 @@ def _small_page_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     nbytes = max(1, math.prod(shape)) * dtype.itemsize
     if nbytes < 4 << 20 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.empty(shape, dtype)
-    pages = mmap.mmap(-1, nbytes)
-    pages.madvise(mmap.MADV_NOHUGEPAGE)
+    try:
+        pages = mmap.mmap(-1, nbytes)
+    except OSError as exc:  # ENOMEM
+        raise MemoryError(str(exc)) from None
+    try:
+        pages.madvise(mmap.MADV_NOHUGEPAGE)
+    except OSError:  # a kernel without transparent huge pages: small pages anyway
+        pass
     return np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
 
 
@@ -399,6 +405,7 @@ class ArchiveWriter:
                 self._store_rows(name, stored[name], value, self._n_appended)
             for lo in range(0, k, cf):
                 self._stage({name: value[lo:lo + cf] for name, value in stored.items()}, min(cf, k - lo))
+                self._last_time = float(stored["time"][min(lo + cf, k) - 1])  # for a block cut short here
             return
         buffer, fill, done = self._filling_buffer(), self._buffer_fill, 0
         full, taken = [], []  # buffers this block fills; buffers taken for it

@@ -28,6 +28,11 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from ..._errors import FormatError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 from ..._fs import describe_mode
 from ..format import MAX_JSON_BYTES
 
@@ -39,7 +44,8 @@ _IOV_MAX = 1024  # the most pieces one writev takes on Linux and macOS
 # Files of at least _DIRECT_MIN_BYTES (shards) are written with O_DIRECT where the file system takes
 # it: from a reused aligned buffer straight to the device, instead of into fresh page-cache pages,
 # which cost more than the copy (and evict what readers cache) when a run writes gigabytes.
-_O_DIRECT = 0 if os.environ.get("MJARCHIVE_DIRECT_IO", "") in ("0", "false", "no") else getattr(os, "O_DIRECT", 0)
+_O_DIRECT = (0 if fcntl is None or os.environ.get("MJARCHIVE_DIRECT_IO", "") in ("0", "false", "no")
+             else getattr(os, "O_DIRECT", 0))
 _DIRECT_MIN_BYTES = 1 << 20
 _DIRECT_ALIGN = 4096  # the largest logical block size of common devices
 _DIRECT_SEGMENT = 4 << 20  # bytes per write: the size of each thread's aligned buffer
@@ -188,18 +194,10 @@ def write_at(dfd: int, name: str, view: Any, exclusive: bool = False, *, root: P
     tmp = f"{name}.{uuid.uuid4().hex}.partial"  # the name remove_partial_files() looks for
     pieces = [v for v in (memoryview(p).cast("B") for p in (view if isinstance(view, list) else [view])) if v.nbytes]
     total = sum(v.nbytes for v in pieces)
-    direct = _O_DIRECT if total >= _DIRECT_MIN_BYTES and os.fstat(dfd).st_dev not in _no_direct_devices else 0
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(tmp, flags | direct, 0o666, dir_fd=dfd)
-    except OSError as exc:
-        if not direct or exc.errno != errno.EINVAL:
-            raise
-        _no_direct_devices.add(os.fstat(dfd).st_dev)
-        direct, fd = 0, os.open(tmp, flags, 0o666, dir_fd=dfd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
     try:
         try:
-            if not (direct and _write_direct(fd, pieces, total)):
+            if not (_O_DIRECT and total >= _DIRECT_MIN_BYTES and _write_direct(fd, pieces, total)):
                 _write_all(fd, pieces)
         finally:
             os.close(fd)
@@ -217,9 +215,20 @@ def write_at(dfd: int, name: str, view: Any, exclusive: bool = False, *, root: P
 
 
 def _write_direct(fd: int, pieces: list[memoryview], total: int) -> bool:
-    """Write `pieces` (non-empty byte views) to the empty file `fd`, opened with O_DIRECT, through this
+    """Write `pieces` (non-empty byte views) to the empty file `fd` with O_DIRECT, through this
     thread's aligned buffer; the last write is padded with zeros to the alignment, then cut back. False
-    if the file system refuses such writes: then `fd` is empty again, without O_DIRECT."""
+    (`fd` still empty, without O_DIRECT) if its file system refuses that, which is remembered."""
+    device = os.fstat(fd).st_dev
+    if device in _no_direct_devices:
+        return False
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:  # set after opening: a file system without O_DIRECT fails an open only after creating the file
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | _O_DIRECT)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        _no_direct_devices.add(device)
+        return False
     buffer = getattr(_direct_buffers, "buffer", None)
     if buffer is None:
         buffer = _direct_buffers.buffer = memoryview(mmap.mmap(-1, _DIRECT_SEGMENT))  # page-aligned
@@ -243,9 +252,9 @@ def _write_direct(fd: int, pieces: list[memoryview], total: int) -> bool:
     except OSError as exc:
         if exc.errno != errno.EINVAL or offset:
             raise
-        os.ftruncate(fd, 0)  # the file system took O_DIRECT at open but not these writes
-        import fcntl
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
+        os.ftruncate(fd, 0)  # the file system took O_DIRECT but not these writes
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        _no_direct_devices.add(device)
         return False
 
 
