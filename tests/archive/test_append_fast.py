@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
 import zarr
 
+import mjarchive
 import mjarchive.archive.storage.local as local
+import mjarchive.archive.writer as writer_module
 
 from mjarchive.archive.creation import _create_frame_world_array
 from mjarchive.archive.storage.locations import make_store
 from mjarchive.archive.storage.shard_writer import ShardWriter
+from mjarchive.archive.writer import ArchiveWriter
+from mjarchive.testing import hinge_chain_xml
 
 
 def _pair(path, W: int, tail: tuple[int, ...], cf: int, sw: int, frames: int) -> list[zarr.Array]:
@@ -136,3 +142,132 @@ def test_shards_compressed_ahead_match_zarr(tmp_path):
     fast_objects = _objects(tmp_path / "g", "fast")
     assert len(fast_objects) == 9 and fast_objects == _objects(tmp_path / "g", "zarr")
     np.testing.assert_array_equal(fast[:], ref[:])
+
+
+def _writer(path, **kw):
+    return mjarchive.create(path, mjarchive.ModelBundle.from_xml(hinge_chain_xml(3)), n_worlds=4, chunk_frames=8, **kw)
+
+
+def _chunk(k: int, cf: int = 8, W: int = 4, nq: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    times = (np.arange(k * cf, (k + 1) * cf) + 1) * 0.01
+    qpos = np.random.default_rng(k).normal(size=(cf, W, nq)).astype(np.float32)
+    return times, qpos
+
+
+def _hold_first_chunk(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make the store of chunk 0's qpos shard wait: (entered, release) events."""
+    entered, release, store = threading.Event(), threading.Event(), ShardWriter._store
+
+    def slow_store(self, path, n, parts):
+        if "qpos/c/0/" in str(path.path):
+            entered.set()
+            release.wait(120)
+        return store(self, path, n, parts)
+
+    monkeypatch.setattr(ShardWriter, "_store", slow_store)
+    return entered, release
+
+
+def test_next_chunk_compresses_while_the_last_is_still_being_stored(tmp_path, monkeypatch):
+    """The background thread queues a full chunk's compression at once, not after the chunk before it is
+    stored and committed (the cores would idle in between)."""
+    entered, release = _hold_first_chunk(monkeypatch)
+    encoded, encode_async = [], ShardWriter.encode_async
+
+    def recording_encode_async(self, start, data):
+        encoded.append(start)
+        return encode_async(self, start, data)
+
+    monkeypatch.setattr(ShardWriter, "encode_async", recording_encode_async)
+    chunks = [_chunk(k) for k in range(2)]
+    writer = _writer(tmp_path / "a.mjarchive")
+    try:
+        writer.append(*chunks[0])
+        assert entered.wait(30)  # the first chunk's shard is being stored, and stays so
+        time.sleep(0.2)  # meanwhile the background thread is done with that chunk and waits
+        writer.append(*chunks[1])
+        deadline = time.monotonic() + 30
+        while 8 not in encoded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 8 in encoded and writer.n_committed == 0 and not release.is_set()
+    finally:
+        release.set()
+        writer.close()
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        assert archive.n_frames == 16 and archive.verify().ok
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
+
+
+def test_second_buffer_is_made_ahead_and_no_more_than_needed(tmp_path, monkeypatch):
+    """The background thread makes the second chunk buffer while the caller fills the first; further ones
+    only when the caller finds none free (max_pending_bytes allows hundreds here)."""
+    entered, release = _hold_first_chunk(monkeypatch)
+    writer = _writer(tmp_path / "a.mjarchive")
+    try:
+        assert writer._max_buffers > 100 and writer._n_buffers == 1
+        times, qpos = _chunk(0)
+        writer.append(times[:3], qpos[:3])  # the first buffer is not full
+        deadline = time.monotonic() + 30
+        while not writer._free_buffers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer._n_buffers == 2 and len(writer._free_buffers) == 1
+        writer.append(times[3:], qpos[3:])
+        assert entered.wait(30)
+        later_times, later_qpos = _chunk(1)
+        writer.append(later_times[:3], later_qpos[:3])  # into the second buffer; the first is held
+        time.sleep(0.2)
+        assert writer._n_buffers == 2 and not writer._free_buffers  # no third one ahead of need
+        release.set()
+        writer.flush()
+        writer.append(later_times[3:], later_qpos[3:])
+        for k in range(2, 6):  # a recorder slower than compression: one chunk, then it is stored
+            writer.append(*_chunk(k))
+            writer.flush()
+        assert writer._n_buffers == 2
+    finally:
+        release.set()
+        writer.close()
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([_chunk(k)[1] for k in range(6)]))
+
+
+def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
+    new_buffer = ArchiveWriter._new_buffer
+
+    def no_memory_on_the_writer_thread(self):
+        if threading.current_thread().name == "mjarchive-writer":
+            raise mjarchive.MjArchiveError("a chunk buffer does not fit in memory")
+        return new_buffer(self)
+
+    monkeypatch.setattr(ArchiveWriter, "_new_buffer", no_memory_on_the_writer_thread)
+    with _writer(tmp_path / "a.mjarchive") as writer:
+        times, qpos = _chunk(0)
+        writer.append(times[:3], qpos[:3])
+        deadline = time.monotonic() + 30
+        while not writer._spare_failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer._spare_failed and writer._n_buffers == 1
+        writer.append(times[3:], qpos[3:])
+        for k in range(1, 3):
+            writer.append(*_chunk(k))
+            writer.flush()
+        assert writer._n_buffers == 2  # the caller made its own
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([_chunk(k)[1] for k in range(3)]))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
+def test_large_chunk_buffers_are_mapped_with_their_pages():
+    if not writer_module._POPULATE:
+        pytest.skip("this kernel gives every mapping transparent huge pages: buffers are not populated")
+    array = writer_module._small_page_array((1024, 1024, 4), np.dtype("float32"))  # 16 MiB, never touched
+    start = array.__array_interface__["data"][0]
+    rss_kib = None
+    with open("/proc/self/smaps") as smaps:
+        lines = smaps.read().splitlines()
+    for i, line in enumerate(lines):
+        fields = line.split()
+        if "-" in fields[0] and int(fields[0].split("-")[0], 16) == start:
+            rss_kib = next(int(l.split()[1]) for l in lines[i + 1:] if l.startswith("Rss:"))
+            break
+    assert rss_kib is not None and rss_kib >= 16 * 1024

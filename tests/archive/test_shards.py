@@ -15,6 +15,7 @@ from zarr.core.sync import sync
 
 import mjarchive
 from mjarchive import ModelBundle
+from mjarchive.archive.storage.chunk_writer import ChunkWriter
 from mjarchive.archive.storage.shard_writer import ShardWriter
 from mjarchive.archive.creation import _create_frame_world_array
 from mjarchive.testing import hinge_chain_xml
@@ -152,8 +153,11 @@ def _record(path: Path, frames: int, bundle: ModelBundle, rng_seed: int) -> dict
     times = np.arange(1, frames + 1) * 0.01
     with mjarchive.create(path, bundle, world_ids=[3, 1, 4, 15, 9], chunk_frames=4, shard_worlds=2,
                           tracks={"qvel": (2,), "reward": ()}) as writer:
-        fast = set(writer._arrays.shard_writers)
-        assert fast == (set() if os.environ.get("MJARCHIVE_ZARR_WRITES") else {"qpos", "reset", "qvel", "reward"})
+        fast, plain = set(writer._arrays.shard_writers), set(writer._arrays.chunk_writers)
+        zarr_only = bool(os.environ.get("MJARCHIVE_ZARR_WRITES"))
+        assert fast == (set() if zarr_only else {"qpos", "reset", "qvel", "reward"})
+        assert plain == (set() if zarr_only else {"time"})
+        assert (writer._index._chunks is None) == zarr_only
         writer.append(times[:6], qpos[:6], reset=reset[:6], qvel=qvel[:6], reward=reward[:6])
         writer.flush()  # a partial chunk, written through zarr
         writer.append(times[6:], qpos[6:], reset=reset[6:], qvel=qvel[6:], reward=reward[6:])
@@ -166,7 +170,7 @@ def test_archive_through_fast_path_matches_zarr_writes(tmp_path, monkeypatch):
     monkeypatch.setenv("MJARCHIVE_ZARR_WRITES", "1")
     _record(tmp_path / "zarr.zarr", 19, bundle, 0)
     monkeypatch.delenv("MJARCHIVE_ZARR_WRITES")
-    for name in data:
+    for name in [*data, "time", "reset_count"]:  # the last two: ChunkWriter's, unsharded (an edge column)
         fast_files = {p.relative_to(tmp_path / "fast.zarr"): p.read_bytes()
                       for p in (tmp_path / "fast.zarr" / name).rglob("c/**/*") if p.is_file()}
         zarr_files = {p.relative_to(tmp_path / "zarr.zarr"): p.read_bytes()
@@ -224,3 +228,57 @@ def test_uncompressed_shards_byte_identical(tmp_path):
     arrays[1][:] = data
     assert stored_objects(arrays[0]) == stored_objects(arrays[1])
     np.testing.assert_array_equal(arrays[0][:], data)
+
+
+PLAIN_CASES = [
+    # shape, chunks, dtype, compressors, fill value
+    ((24,), (8,), "float64", zarr.codecs.ZstdCodec(level=3), 0.0),          # like `time`
+    ((8, 5), (4, 2), "int64", zarr.codecs.ZstdCodec(level=3), 0),            # like the episode index: an edge column
+    ((6, 3), (3, 3), "bool", None, False),
+    ((4, 7, 2), (2, 3, 2), "int16", zarr.codecs.ZstdCodec(level=1, checksum=True), -5),
+]
+
+
+@pytest.mark.parametrize("shape,chunks,dtype,compressor,fill", PLAIN_CASES)
+def test_unsharded_chunks_byte_identical_to_zarr(tmp_path, shape, chunks, dtype, compressor, fill):
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
+    fast, ref = (root.create_array(n, shape=shape, chunks=chunks, dtype=dtype, compressors=compressor,
+                                   fill_value=fill).with_config({"write_empty_chunks": True})
+                 for n in ("fast", "zarr"))
+    rng = np.random.default_rng(len(shape))
+    data = (rng.random(shape) < 0.3) if dtype == "bool" else (rng.normal(0, 100, shape).astype(dtype))
+    data.reshape(-1)[::5] = fill  # some whole chunks may equal the fill value; they are stored all the same
+    writer = ChunkWriter.for_array(fast)
+    assert writer is not None
+    C = chunks[0]
+    assert writer.write(0, data[:C]) and writer.write(C, data[C:])  # one chunk of rows, then the rest
+    ref[:] = data
+    ours, theirs = stored_objects(fast), stored_objects(ref)
+    assert sorted(ours) == sorted(theirs) and len(ours) == np.prod([-(-n // c) for n, c in zip(shape, chunks)])
+    for key in theirs:
+        assert ours[key] == theirs[key], key
+    np.testing.assert_array_equal(fast[:], data)
+
+
+def test_unsharded_writer_declines_what_it_does_not_reproduce(tmp_path):
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "g"), mode="w", zarr_format=3)
+
+    def make(name, **kw):
+        kw.setdefault("dtype", "float32")
+        return root.create_array(name, shape=(8, 4), chunks=(4, 2), **kw).with_config({"write_empty_chunks": True})
+
+    ok = make("ok", compressors=zarr.codecs.ZstdCodec())
+    writer = ChunkWriter.for_array(ok)
+    data = np.ones((8, 4), np.float32)
+    assert not writer.write(0, data[:3])       # part of a chunk of rows
+    assert not writer.write(2, data[:4])       # not aligned
+    assert not writer.write(4, data)           # beyond the array
+    assert not writer.write(0, data[:4, :3])   # not every column
+    assert stored_objects(ok) == {}
+    assert ChunkWriter.for_array(ok.with_config({"write_empty_chunks": False})) is None
+    assert ChunkWriter.for_array(make("blosc", compressors=zarr.codecs.BloscCodec())) is None
+    assert ChunkWriter.for_array(make("two", compressors=[zarr.codecs.ZstdCodec(), zarr.codecs.GzipCodec()])) is None
+    assert ChunkWriter.for_array(make("be", serializer=zarr.codecs.BytesCodec(endian="big"))) is None
+    assert ChunkWriter.for_array(make("sharded", shards=(4, 4))) is None
+    assert ChunkWriter.for_array(make("transposed", filters=[zarr.codecs.TransposeCodec(order=(1, 0))])) is None
+    assert ChunkWriter.for_array(make("complex", dtype="complex64")) is None

@@ -16,6 +16,8 @@ import zarr
 
 from .._errors import FormatError, MjArchiveError, SelectionError
 from .format import MAX_UNCOMMITTED_CHUNKS, RESET_COUNT, check_array, codec_names, version_at_least
+from .storage.chunk_writer import ChunkWriter
+from .storage.shard_writer import enabled as enabled_fast_writes
 
 __all__ = ["INDEX_ROWS", "EpisodeIndex", "IndexWriter", "check_episode_range", "check_index_array", "checked_rows", "create_index_array",
            "has_index"]
@@ -76,6 +78,7 @@ class IndexWriter:
         except Exception as exc:  # zarr refuses malformed metadata with its own exceptions
             raise FormatError(f"the metadata of array {RESET_COUNT!r} is unreadable: {exc!r}") from None
         self._array = arr.with_config({"write_empty_chunks": True})
+        self._chunks = ChunkWriter.for_array(self._array) if enabled_fast_writes() else None
         self._cf = manifest.chunk_frames
         W = len(manifest.world_ids)
         whole = n_frames // self._cf
@@ -98,7 +101,8 @@ class IndexWriter:
         stop = block_start + INDEX_ROWS
         if self._array.shape[0] < stop:
             self._array.resize((stop, self._block.shape[1]))
-        self._array[block_start:stop] = self._block  # whole stored chunks: nothing is read back
+        if self._chunks is None or not self._chunks.write(block_start, self._block):
+            self._array[block_start:stop] = self._block  # whole stored chunks: nothing is read back
         if len(reset) == self._cf:
             self._before = row
 

@@ -31,6 +31,7 @@ import google_crc32c
 import numcodecs
 import numpy as np
 import zarr
+from numcodecs.blosc import compress as _blosc_compress
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
@@ -117,6 +118,7 @@ class ShardWriter:
         self.order = order  # the transpose codec's, applied before serializing
         self.serializer = serializer  # the compressor is the array-to-bytes codec (pcodec), fed arrays
         self._started: tuple | None = None  # ((start, data's address and shape), its encode jobs): see `encode_async`
+        self._encode_row = (lambda row: row.tobytes()) if compressor is None else compressor.encode
 
     @classmethod
     def for_array(cls, array: zarr.Array) -> ShardWriter | None:
@@ -173,7 +175,14 @@ class ShardWriter:
             if _NUMCODECS_TYPESIZE:
                 config["typesize"] = blosc.get("typesize", dtype.itemsize)
             compressor = numcodecs.Blosc.from_config(config)
-        return cls._checked(array, meta, sharding, compressor, dtype, order)
+        writer = cls._checked(array, meta, sharding, compressor, dtype, order)
+        if writer is not None and compressor is not None:
+            # What Blosc.encode calls after its (Python) argument checks: half the interpreter time per
+            # inner chunk, which the threads compressing the others wait for (they share the GIL).
+            args = (compressor.cname.encode("ascii"), compressor.clevel, compressor.shuffle, compressor.blocksize,
+                    *([config["typesize"]] if "typesize" in config else []))
+            writer._encode_row = lambda row: _blosc_compress(row, *args)
+        return writer
 
     @classmethod
     def _checked(cls, array: zarr.Array, meta: Any, sharding: dict, compressor: Any, dtype: np.dtype,
@@ -263,7 +272,7 @@ class ShardWriter:
             region = full
         # split[(:,) * a + (i,)] is inner chunk i (a view); chunks from n_present on lie outside the array.
         split = region.reshape(region.shape[:a] + (self.chunks_per_shard[a], c) + region.shape[a + 1:])
-        dtype = self.dtype
+        dtype, encode_row = self.dtype, self._encode_row
 
         def encode(lo: int, hi: int) -> list[bytes]:
             # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, in two
@@ -281,7 +290,7 @@ class ShardWriter:
                     encoded += [self.compressor.encode(chunk) for chunk in block]
                     continue
                 flat = block.reshape(j - k, -1).view(np.uint8)
-                encoded += [row.tobytes() if self.compressor is None else self.compressor.encode(row) for row in flat]
+                encoded += [encode_row(row) for row in flat]
             return encoded
 
         if self.compressor is None:
