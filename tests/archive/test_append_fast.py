@@ -232,42 +232,54 @@ def test_second_buffer_is_made_ahead_and_no_more_than_needed(tmp_path, monkeypat
 
 
 def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
+    """The second buffer, made ahead, fails slowly while the caller needs it and only two may exist
+    (max_pending_bytes=1): the caller waits for that, then makes its own."""
     new_buffer = ArchiveWriter._new_buffer
 
-    def no_memory_on_the_writer_thread(self):
+    def no_memory_on_the_writer_thread(self, populate=False):
         if threading.current_thread().name == "mjarchive-writer":
+            time.sleep(0.5)
             raise mjarchive.MjArchiveError("a chunk buffer does not fit in memory")
-        return new_buffer(self)
+        return new_buffer(self, populate)
 
     monkeypatch.setattr(ArchiveWriter, "_new_buffer", no_memory_on_the_writer_thread)
-    with _writer(tmp_path / "a.mjarchive") as writer:
-        times, qpos = _chunk(0)
-        writer.append(times[:3], qpos[:3])
+    chunks = [_chunk(k) for k in range(3)]
+    with _writer(tmp_path / "a.mjarchive", max_pending_bytes=1) as writer:
+        assert writer._max_buffers == 2
+        writer.append(chunks[0][0][:3], chunks[0][1][:3])
         deadline = time.monotonic() + 30
-        while not writer._spare_failed and time.monotonic() < deadline:
+        while not writer._spare_pending and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert writer._spare_failed and writer._n_buffers == 1
-        writer.append(times[3:], qpos[3:])
-        for k in range(1, 3):
-            writer.append(*_chunk(k))
-            writer.flush()
-        assert writer._n_buffers == 2  # the caller made its own
+        assert writer._spare_pending  # and it takes 0.5 s to fail
+
+        def rest() -> None:  # one block across the chunk boundary: it needs the second buffer midway
+            writer.append(np.concatenate([chunks[0][0][3:], chunks[1][0]]), np.concatenate([chunks[0][1][3:], chunks[1][1]]))
+            writer.append(*chunks[2])
+
+        appending = threading.Thread(target=rest, daemon=True)
+        appending.start()
+        appending.join(60)
+        assert not appending.is_alive(), "append() never returned"
+        assert writer._spare_failed and writer._n_buffers == 2  # the caller made its own
     with mjarchive.open(tmp_path / "a.mjarchive") as archive:
-        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([_chunk(k)[1] for k in range(3)]))
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
-def test_large_chunk_buffers_are_mapped_with_their_pages():
-    if not writer_module._POPULATE:
-        pytest.skip("this kernel gives every mapping transparent huge pages: buffers are not populated")
-    array = writer_module._small_page_array((1024, 1024, 4), np.dtype("float32"))  # 16 MiB, never touched
-    start = array.__array_interface__["data"][0]
-    rss_kib = None
-    with open("/proc/self/smaps") as smaps:
-        lines = smaps.read().splitlines()
-    for i, line in enumerate(lines):
-        fields = line.split()
-        if "-" in fields[0] and int(fields[0].split("-")[0], 16) == start:
-            rss_kib = next(int(l.split()[1]) for l in lines[i + 1:] if l.startswith("Rss:"))
-            break
-    assert rss_kib is not None and rss_kib >= 16 * 1024
+def test_the_buffer_made_ahead_has_its_pages_in_place():
+    if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+
+    def resident_kib(array) -> int:
+        start = array.__array_interface__["data"][0]
+        with open("/proc/self/smaps") as smaps:
+            lines = smaps.read().splitlines()
+        for i, line in enumerate(lines):
+            fields = line.split()
+            if "-" in fields[0] and int(fields[0].split("-")[0], 16) == start:
+                return next(int(l.split()[1]) for l in lines[i + 1:] if l.startswith("Rss:"))
+        raise AssertionError("mapping not found")
+
+    shape, dtype = (1024, 1024, 4), np.dtype("float32")  # 16 MiB, never touched
+    assert resident_kib(writer_module._small_page_array(shape, dtype, populate=True)) >= 16 * 1024
+    assert resident_kib(writer_module._small_page_array(shape, dtype)) < 1024

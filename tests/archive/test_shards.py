@@ -166,7 +166,17 @@ def _record(path: Path, frames: int, bundle: ModelBundle, rng_seed: int) -> dict
 
 def test_archive_through_fast_path_matches_zarr_writes(tmp_path, monkeypatch):
     bundle = ModelBundle.from_xml(hinge_chain_xml(3))
+    written, write = [], ChunkWriter.write
+
+    def counted_write(self, start, data):
+        done = write(self, start, data)
+        written.extend([self.array.path] if done else [])
+        return done
+
+    monkeypatch.setattr(ChunkWriter, "write", counted_write)
     data = _record(tmp_path / "fast.zarr", 19, bundle, 0)
+    # Whole chunks of time (4 of 19 frames); the index's block at each write (partial chunks of frames too).
+    assert written.count("time") == 4 and written.count("reset_count") == 6
     monkeypatch.setenv("MJARCHIVE_ZARR_WRITES", "1")
     _record(tmp_path / "zarr.zarr", 19, bundle, 0)
     monkeypatch.delenv("MJARCHIVE_ZARR_WRITES")
@@ -247,7 +257,7 @@ def test_unsharded_chunks_byte_identical_to_zarr(tmp_path, shape, chunks, dtype,
                  for n in ("fast", "zarr"))
     rng = np.random.default_rng(len(shape))
     data = (rng.random(shape) < 0.3) if dtype == "bool" else (rng.normal(0, 100, shape).astype(dtype))
-    data.reshape(-1)[::5] = fill  # some whole chunks may equal the fill value; they are stored all the same
+    data.reshape(-1)[::5] = fill  # values equal to the fill value are stored like any other
     writer = ChunkWriter.for_array(fast)
     assert writer is not None
     C = chunks[0]

@@ -7,6 +7,7 @@ import math
 import mmap
 import threading
 from collections import deque
+from concurrent import futures
 from typing import Any
 
 import mujoco
@@ -45,34 +46,26 @@ DEFAULT_SHARD_WORLDS = 256
 DEFAULT_MAX_PENDING_BYTES = 128 * 2**20
 
 
-def _huge_pages_always() -> bool:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return "[always]" in f.read()
-    except OSError:
-        return False
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+ (not in Python's mmap module before 3.13)
 
 
-# Mapped with its pages in place: one system call instead of a fault per page, 2x faster here. Not
-# where every mapping gets transparent huge pages (they would be populated before the advice below).
-_POPULATE = 0 if _huge_pages_always() else getattr(mmap, "MAP_POPULATE", 0)
-
-
-def _small_page_array(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialized array in 4 KiB pages. numpy asks for transparent huge pages above 4 MiB, and
-    in VMs that hand free memory back to the host (balloon free-page reporting) a huge page's first
-    touch costs 4x more than its small pages' (0.4 vs 1.8 GB/s): the first chunks of every writer."""
+def _small_page_array(shape: tuple[int, ...], dtype: np.dtype, populate: bool = False) -> np.ndarray:
+    """An uninitialized array in private 4 KiB pages (shared anonymous pages fault 2x slower here), with
+    them in place already if `populate`. numpy asks for transparent huge pages above 4 MiB, and in VMs
+    that hand free memory back to the host (balloon free-page reporting) a huge page's first touch
+    costs 4x more than its small pages' (0.4 vs 1.8 GB/s): the first chunks of every writer."""
     nbytes = max(1, math.prod(shape)) * dtype.itemsize
     if nbytes < 4 << 20 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.empty(shape, dtype)
     try:
-        pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+        pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except OSError as exc:  # ENOMEM
         raise MemoryError(str(exc)) from None
-    try:
-        pages.madvise(mmap.MADV_NOHUGEPAGE)
-    except OSError:  # a kernel without transparent huge pages: small pages anyway
-        pass
+    for advice in (mmap.MADV_NOHUGEPAGE, _MADV_POPULATE_WRITE) if populate else (mmap.MADV_NOHUGEPAGE,):
+        try:
+            pages.madvise(advice)
+        except OSError:  # a kernel without transparent huge pages or without populating: it is only slower
+            pass
     return np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
 
 
@@ -197,7 +190,7 @@ class ArchiveWriter:
         self._free_buffers: list[dict[str, np.ndarray]] = []
         self._buffer: dict[str, np.ndarray] | None = self._new_buffer()
         self._n_buffers = 1
-        self._spare_failed = False
+        self._spare_pending = self._spare_failed = False
         self._in_flight: tuple[int, list, dict | None] | None = None  # (frames to commit, store writes, buffer)
         self._buffer_start = (n_frames // cf) * cf
         self._buffer_fill = n_frames - self._buffer_start
@@ -479,7 +472,9 @@ class ArchiveWriter:
         """A free chunk buffer: one the background thread gave back, a new one while fewer than
         `_max_buffers` exist, or else the next one it gives back (the caller waits: back-pressure)."""
         with self._cond:
-            while not self._free_buffers and self._n_buffers >= self._max_buffers and not self._error:
+            # The second buffer, being made on the background thread, is waited for rather than made twice.
+            while (not self._free_buffers and (self._n_buffers >= self._max_buffers or self._spare_pending)
+                   and not self._error):
                 self._cond.wait()
             self._raise_background_error()
             if self._free_buffers:
@@ -500,6 +495,7 @@ class ArchiveWriter:
                     spare = job is None and self._spare_wanted()
                     if spare:
                         self._n_buffers += 1
+                        self._spare_pending = True
                 if spare:
                     self._add_spare_buffer()
                     continue
@@ -554,9 +550,17 @@ class ArchiveWriter:
         self._in_flight = (stop, puts, None if wait else buffer)
         if wait:
             self._finish_cycle()
-        else:
+        elif puts:
+            remaining = [len(puts)]
+
+            def stored(_: Any) -> None:  # the last store write of this cycle wakes the background thread
+                with self._cond:
+                    remaining[0] -= 1
+                    if not remaining[0]:
+                        self._cond.notify_all()
+
             for put in puts:
-                put.add_done_callback(self._wake)
+                put.add_done_callback(stored)
 
     def _spare_wanted(self) -> bool:
         """Whether to make the second buffer now: frames are being appended into the first. Made on this
@@ -566,18 +570,16 @@ class ArchiveWriter:
 
     def _add_spare_buffer(self) -> None:
         try:
-            buffer = self._new_buffer()
+            buffer = self._new_buffer(populate=True)
         except MjArchiveError:  # no memory for it now: the caller says so if it still needs one
-            with self._cond:
+            buffer = None
+        with self._cond:
+            if buffer is None:
                 self._n_buffers -= 1
                 self._spare_failed = True
-            return
-        with self._cond:
-            self._free_buffers.append(buffer)
-            self._cond.notify_all()
-
-    def _wake(self, _: Any = None) -> None:
-        with self._cond:
+            else:
+                self._free_buffers.append(buffer)
+            self._spare_pending = False
             self._cond.notify_all()
 
     def _cycle_stored(self) -> bool:
@@ -591,6 +593,7 @@ class ArchiveWriter:
             return
         stop, puts, buffer = self._in_flight
         self._in_flight = None
+        futures.wait(puts)  # all of them, even after a failed one: nothing writes after close() returns
         for put in puts:
             put.result()
         if stop > self._n_committed:
@@ -612,10 +615,10 @@ class ArchiveWriter:
                     pass
             self._in_flight = None
 
-    def _new_buffer(self) -> dict[str, np.ndarray]:
+    def _new_buffer(self, populate: bool = False) -> dict[str, np.ndarray]:
         cf = self.manifest.chunk_frames
         try:
-            return {n: _small_page_array((cf, *s), d) for n, (s, d) in self._frame_shapes.items()}
+            return {n: _small_page_array((cf, *s), d, populate) for n, (s, d) in self._frame_shapes.items()}
         except MemoryError:
             raise MjArchiveError(f"a chunk buffer of {cf} frames × {len(self.world_ids)} worlds does not fit in "
                                  "memory") from None

@@ -105,7 +105,7 @@ class ShardWriter:
     """Encodes and stores whole shards of one sharded array; `for_array` returns None if unsupported."""
 
     def __init__(self, array: zarr.Array, split_axis: int, compressor: Any, dtype: np.dtype,
-                 order: tuple[int, ...] | None = None, serializer: bool = False):
+                 order: tuple[int, ...] | None = None, serializer: bool = False, encode_row: Any = None):
         self.array = array
         meta = array.metadata
         self.shard_shape: tuple[int, ...] = _regular_chunk_shape(meta)
@@ -118,7 +118,8 @@ class ShardWriter:
         self.order = order  # the transpose codec's, applied before serializing
         self.serializer = serializer  # the compressor is the array-to-bytes codec (pcodec), fed arrays
         self._started: tuple | None = None  # ((start, data's address and shape), its encode jobs): see `encode_async`
-        self._encode_row = (lambda row: row.tobytes()) if compressor is None else compressor.encode
+        # One inner chunk's C-order bytes (a uint8 row) -> its encoded bytes.
+        self._encode_row = encode_row or ((lambda row: row.tobytes()) if compressor is None else compressor.encode)
 
     @classmethod
     def for_array(cls, array: zarr.Array) -> ShardWriter | None:
@@ -175,18 +176,17 @@ class ShardWriter:
             if _NUMCODECS_TYPESIZE:
                 config["typesize"] = blosc.get("typesize", dtype.itemsize)
             compressor = numcodecs.Blosc.from_config(config)
-        writer = cls._checked(array, meta, sharding, compressor, dtype, order)
-        if writer is not None and compressor is not None:
             # What Blosc.encode calls after its (Python) argument checks: half the interpreter time per
             # inner chunk, which the threads compressing the others wait for (they share the GIL).
             args = (compressor.cname.encode("ascii"), compressor.clevel, compressor.shuffle, compressor.blocksize,
                     *([config["typesize"]] if "typesize" in config else []))
-            writer._encode_row = lambda row: _blosc_compress(row, *args)
-        return writer
+            return cls._checked(array, meta, sharding, compressor, dtype, order,
+                                encode_row=lambda row: _blosc_compress(row, *args))
+        return cls._checked(array, meta, sharding, compressor, dtype, order)
 
     @classmethod
     def _checked(cls, array: zarr.Array, meta: Any, sharding: dict, compressor: Any, dtype: np.dtype,
-                 order: tuple[int, ...] | None, serializer: bool = False) -> ShardWriter | None:
+                 order: tuple[int, ...] | None, serializer: bool = False, encode_row: Any = None) -> ShardWriter | None:
         shard_shape, chunk_shape = _regular_chunk_shape(meta), tuple(int(n) for n in sharding["chunk_shape"])
         if len(shard_shape) != len(chunk_shape) or any(s % c for s, c in zip(shard_shape, chunk_shape)):
             return None
@@ -196,7 +196,7 @@ class ShardWriter:
         # one chunk that is C order, the only order this module writes.
         if len(split) > 1:
             return None
-        return cls(array, split[0] if split else 0, compressor, dtype, order, serializer)
+        return cls(array, split[0] if split else 0, compressor, dtype, order, serializer, encode_row)
 
     def write(self, start: int, data: np.ndarray) -> bool:
         """Store `data` at `array[start:start + len(data)]` if that region is whole shards along axis 0
