@@ -44,6 +44,7 @@ class Rule:
     times: int | None = 1  # faults left to inject; None: every matching request (permanent)
     every: int = 1  # fault every `every`-th matching request (1, 2, ...)
     stall_s: float = 5.0
+    first_per_path: bool = False  # fault only the first matching request for each path (not its retries)
     seen: int = 0
     applied: list = field(default_factory=list)
 
@@ -54,7 +55,7 @@ class Rule:
         if self.times is not None and self.times <= 0:
             return False
         self.seen += 1
-        if (self.seen - 1) % self.every:
+        if (self.seen - 1) % self.every or (self.first_per_path and any(p == path for _, p in self.applied)):
             return False
         if self.times is not None:
             self.times -= 1
@@ -89,11 +90,12 @@ class FaultProxy:
         self._stop.set()
 
     def inject(self, mode: str, *, times: int | None = 1, every: int = 1, method: str | None = None,
-               path: str | None = None, stall_s: float = 5.0) -> Rule:
-        """Fault the next `times` matching requests (None: all of them), every `every`-th one."""
+               path: str | None = None, stall_s: float = 5.0, first_per_path: bool = False) -> Rule:
+        """Fault the next `times` matching requests (None: all of them), every `every`-th one; with
+        `first_per_path`, only the first request for each path (its retries pass)."""
         if mode not in MODES:
             raise ValueError(f"unknown fault mode {mode!r}; one of {MODES}")
-        rule = Rule(mode, method, path, times, max(1, every), stall_s)
+        rule = Rule(mode, method, path, times, max(1, every), stall_s, first_per_path)
         with self._lock:
             self._rules.append(rule)
         return rule

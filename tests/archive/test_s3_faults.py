@@ -126,11 +126,11 @@ def test_open_against_a_dead_endpoint_fails_clearly(proxy, faulty, archive_url):
 
 
 def test_bodies_cut_short_are_never_data(proxy, faulty, archive_url):
-    """Every other answer stops half way (its headers promise the full length): each is retried, and
-    what is read is exactly what was written. (One chunk at a time, so the requests come one by one
-    and every retry is answered whole.)"""
+    """The first answer for every object stops half way (its headers promise the full length): each is
+    retried, and what is read is exactly what was written. (Faulting every other request instead let a
+    read and all its retries land on faulted turns when requests interleaved under load: a flaky test.)"""
     archive = mjarchive.open(archive_url, storage_options=faulty)
-    proxy.inject("truncate", times=None, every=2, method="GET")
+    proxy.inject("truncate", times=None, first_per_path=True, method="GET")
     q = qpos_frames(0, 20)
     with within(BOUND_S):
         for lo in range(0, 20, 8):
