@@ -20,10 +20,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 import zarr
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
-
-from .shard_writer import _endian, _regular_chunk_shape
+from .shard_writer import _regular_chunk_shape, stored_dtype, store_object
 
 __all__ = ["ChunkWriter"]
 
@@ -50,10 +47,9 @@ class ChunkWriter:
         dtype = np.dtype(array.dtype)
         if not codecs or codecs[0].get("name") != "bytes" or len(codecs) > 2 or dtype.kind not in "biuf":
             return None
-        if dtype.itemsize > 1:
-            if _endian(codecs[0]) != "little":
-                return None
-            dtype = dtype.newbyteorder("<")
+        dtype = stored_dtype(dtype, codecs[0])
+        if dtype is None:
+            return None
         compressor = None
         if len(codecs) == 2:
             config = codecs[1].get("configuration") or {}
@@ -81,10 +77,5 @@ class ChunkWriter:
                     chunk[...] = self.fill_value
                 chunk[tuple(slice(0, n) for n in region.shape)] = region
                 encoded = chunk.tobytes() if self.compressor is None else self.compressor.encode(chunk.tobytes())
-                path = store_path / meta.encode_chunk_key(coords)
-                write_now = getattr(path.store, "write_now", None)
-                if write_now is not None:
-                    write_now(path.path, encoded)
-                else:
-                    sync(path.set(default_buffer_prototype().buffer.from_bytes(encoded)))
+                store_object(store_path / meta.encode_chunk_key(coords), encoded)
         return True

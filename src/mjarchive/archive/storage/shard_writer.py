@@ -35,7 +35,7 @@ from numcodecs.blosc import compress as _blosc_compress
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-__all__ = ["ShardWriter", "enabled"]
+__all__ = ["ShardWriter", "enabled", "store_object", "stored_dtype"]
 
 _EMPTY = np.uint64(2**64 - 1)
 PCODEC = "numcodecs.pcodec"  # zarr-python's name for numcodecs' pcodec serializer (not in tensorstore)
@@ -90,6 +90,23 @@ def _pcodec(config: dict) -> Any:
 
 def _endian(codec: dict) -> str | None:
     return (codec.get("configuration") or {}).get("endian")
+
+
+def stored_dtype(dtype: np.dtype, bytes_codec: dict) -> np.dtype | None:
+    """`dtype` in the byte order the `bytes` codec writes, None unless that is little-endian (or moot)."""
+    if dtype.itemsize == 1:
+        return dtype
+    return dtype.newbyteorder("<") if _endian(bytes_codec) == "little" else None
+
+
+def store_object(path: Any, data: bytes | list) -> None:
+    """One store write of `data` (bytes, or a list of bytes-like pieces, one after another) at `path`."""
+    write_now = getattr(path.store, "write_now", None)
+    if write_now is not None:  # mjarchive's CheckedStore writes a local file in this thread, no hops
+        write_now(path.path, data)  # (a list: written as is, without joining, where the store can)
+    else:
+        joined = b"".join(data) if isinstance(data, list) else data
+        sync(path.set(default_buffer_prototype().buffer.from_bytes(joined)))
 
 
 def _regular_chunk_shape(meta: Any) -> tuple[int, ...] | None:
@@ -159,10 +176,9 @@ class ShardWriter:
             return cls._checked(array, meta, sharding, codec, dtype, order, serializer=True)
         if not inner or inner[0].get("name") != "bytes" or len(inner) > 2:
             return None
-        if dtype.itemsize > 1:
-            if _endian(inner[0]) != "little":
-                return None
-            dtype = dtype.newbyteorder("<")
+        dtype = stored_dtype(dtype, inner[0])
+        if dtype is None:
+            return None
         compressor = None
         if len(inner) == 2:
             if inner[1].get("name") != "blosc":
@@ -253,12 +269,7 @@ class ShardWriter:
         return jobs
 
     def _store(self, path: Any, n_present: int, parts: list) -> None:
-        pieces = self._assemble(n_present, parts)
-        write_now = getattr(path.store, "write_now", None)
-        if write_now is not None:  # mjarchive's CheckedStore writes a local file in this thread, no hops
-            write_now(path.path, pieces)  # (a list: written as is, without joining, where the store can)
-        else:
-            sync(path.set(default_buffer_prototype().buffer.from_bytes(b"".join(pieces))))
+        store_object(path, self._assemble(n_present, parts))
 
     def _encode_async(self, region: np.ndarray, pool: ThreadPoolExecutor) -> tuple[int, list]:
         """Start compressing the inner chunks of one shard whose in-bounds part is `region`."""
