@@ -41,7 +41,9 @@ def test_bench_format_quick_prints_metrics(tmp_path):
 
     default = f"cf{DEFAULT_CHUNK_FRAMES}_sw{DEFAULT_SHARD_WORLDS}"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--layouts", "32:16", "--tmp", str(tmp_path)],
+        # 512 frames: the default layout's first chunk fills, so the shard writer and the codec-only
+        # baseline (which must encode exactly the bytes the archive stores) both run.
+        [sys.executable, str(BENCH), "--quick", "--frames", "512", "--layouts", "32:16", "--tmp", str(tmp_path)],
         capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,6 +61,8 @@ def test_bench_format_quick_prints_metrics(tmp_path):
     # The lossy archive must honour its recorded error bound, and every read verified its data.
     assert float(metrics["lossy.max_abs_error"]) <= float(metrics["lossy.recorded_bound"])
     assert metrics["target.lossy_error_within_precision"] == "PASS"
+    assert metrics["codec_only.encoded_bytes_equal_stored"] == "yes"
+    assert float(metrics["ratio.append_vs_codec_only"]) > 0
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
 
 
