@@ -29,6 +29,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,6 +42,7 @@ import zarr.storage
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 
 import mjarchive
+from mjarchive.archive.storage.shard_writer import ShardWriter
 from mjarchive.archive.writer import DEFAULT_CHUNK_FRAMES, DEFAULT_SHARD_WORLDS
 
 MB = 1e6
@@ -226,30 +228,23 @@ class CodecChain:
     """One sharded array's inner chunks and codecs, read from the archive's metadata: what append encodes."""
 
     data: np.ndarray  # the appended array, (frames, worlds, *tail)
-    chunk_frames: int
-    order: tuple[int, ...] | None  # the transpose codec's order, None without one
-    blosc: numcodecs.Blosc
+    layout: ShardWriter  # its chunk and shard shapes, transpose order and blosc codec, as the writer reads them
+
+    @property
+    def chunk_frames(self) -> int:
+        return self.layout.chunk_shape[0]
 
 
 def codec_chains(path: Path, arrays: dict[str, np.ndarray]) -> list[CodecChain]:
     """The codec chain of each of `arrays` (name -> appended data) in the archive at `path`."""
     chains = []
     for name, data in arrays.items():
-        meta = zarr.open_array(path / name, mode="r").metadata
-        sharding = meta.codecs[0].to_dict()["configuration"]
-        shape = tuple(sharding["chunk_shape"])
+        layout = ShardWriter.for_array(zarr.open_array(path / name, mode="r").with_config({"write_empty_chunks": True}))
+        assert layout is not None and isinstance(layout.compressor, numcodecs.Blosc), f"{name}: not a blosc shard layout"
+        shape = layout.chunk_shape
         assert shape[1:] == (1, *data.shape[2:]), f"{name}: inner chunks of one world expected, got {shape}"
-        assert meta.chunk_grid.to_dict()["configuration"]["chunk_shape"][0] == shape[0], "shards of one chunk of frames"
-        codecs = {c["name"]: c.get("configuration", {}) for c in sharding["codecs"]}
-        order = tuple(codecs["transpose"]["order"]) if "transpose" in codecs else None
-        b = codecs["blosc"]
-        config = {"cname": b["cname"], "clevel": b["clevel"], "blocksize": b.get("blocksize", 0),
-                  "shuffle": {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[b["shuffle"]], "typesize": b["typesize"]}
-        try:
-            blosc = numcodecs.Blosc(**config)
-        except TypeError:  # numcodecs < 0.16 takes no typesize
-            blosc = numcodecs.Blosc(**{k: v for k, v in config.items() if k != "typesize"})
-        chains.append(CodecChain(data, shape[0], order, blosc))
+        assert layout.shard_shape[0] == shape[0], f"{name}: shards of one chunk of frames expected"
+        chains.append(CodecChain(data, layout))
     return chains
 
 
@@ -269,16 +264,18 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False) -
         chain = chains[c]
         rows = np.ascontiguousarray(chain.data[f:f + chain.chunk_frames, w:w + group])  # (frames, worlds, *tail)
         chunks = np.moveaxis(rows, 1, 0)[:, :, None]  # (worlds, frames, 1, *tail): one inner chunk each
-        if chain.order is not None:
-            chunks = chunks.transpose(0, *(1 + i for i in chain.order))
+        if chain.layout.order is not None:
+            chunks = chunks.transpose(0, *(1 + i for i in chain.layout.order))
         # Each chunk's bytes, as zarr-python hands them to blosc: numcodecs < 0.16 takes no typesize and
         # then shuffles with the byte view's item size, 1 (so do zarr and the writer there).
         flat = np.ascontiguousarray(chunks).reshape(len(chunks), -1).view(np.uint8)
-        return [measure(chain.blosc.encode(chunk)) for chunk in flat]
+        return [measure(chain.layout.compressor.encode(chunk)) for chunk in flat]
 
     batches = [tasks[i:i + 4] for i in range(0, len(tasks), 4)]
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(lambda _: None, range(os.cpu_count() or 1)))  # threads started before the clock, as the writer's are
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(workers) as pool:
+        started = threading.Barrier(workers)  # every thread started before the clock, as the writer's are
+        list(pool.map(lambda _: started.wait(), range(workers)))
         t0 = time.perf_counter()
         encoded = [got for batch in pool.map(lambda b: [encode(t) for t in b], batches) for got in batch]
         seconds = time.perf_counter() - t0
@@ -288,12 +285,10 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False) -
     return seconds, measured
 
 
-def stored_inner_chunks(path: Path, name: str) -> dict[tuple[int, int], int]:
+def stored_inner_chunks(path: Path, name: str, chain: CodecChain) -> dict[tuple[int, int], int]:
     """Each stored inner chunk's crc32c by (chunk of frames, world), read through the shard indexes of
     array `name` (shards of one chunk of frames, as `codec_chains` checks)."""
-    meta = zarr.open_array(path / name, mode="r").metadata
-    shard_worlds = meta.chunk_grid.to_dict()["configuration"]["chunk_shape"][1]
-    per_shard = shard_worlds // meta.codecs[0].to_dict()["configuration"]["chunk_shape"][1]
+    shard_worlds, per_shard = chain.layout.shard_shape[1], chain.layout.chunks_per_shard[1]
     crcs = {}
     for f in (path / name / "c").rglob("*"):
         if f.is_file():
@@ -343,7 +338,7 @@ def measure_layout(prefix: str, path: Path, bundle, qpos, reset, times, layout: 
         # archive stores at its place (unless the archive's last chunk is padded to the chunk's frames).
         encoded = codec_only(chains, digest=True)[1]
         differ = sum(sum(n != stored.get(key) for key, n in got.items()) + len(stored.keys() - got.keys())
-                     for got, stored in zip(encoded, (stored_inner_chunks(path, n) for n in ("qpos", "reset"))))
+                     for got, stored in zip(encoded, (stored_inner_chunks(path, n, c) for n, c in zip(("qpos", "reset"), chains))))
         res["codec_only_same_inner_chunks"] = "n/a (partial chunk)" if T % layout.chunk_frames else (
             "yes" if not differ else f"no ({differ} inner chunks differ)")
     res["append_MBps"] = raw / MB / res["append_s"]
