@@ -234,6 +234,13 @@ class CodecChain:
     def chunk_frames(self) -> int:
         return self.layout.chunk_shape[0]
 
+    @property
+    def to_chunks(self) -> tuple[int, ...]:
+        """Axes taking rows (frames, worlds, 1, *tail) to inner chunks, worlds first, in the transpose codec's order."""
+        axes = (1, 0, *range(2, self.data.ndim + 1))
+        order = self.layout.order or range(self.data.ndim)
+        return (axes[0], *(axes[1 + i] for i in order))
+
 
 def codec_chains(path: Path, arrays: dict[str, np.ndarray]) -> list[CodecChain]:
     """The codec chain of each of `arrays` (name -> appended data) in the archive at `path`."""
@@ -262,10 +269,8 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False) -
     def encode(task) -> list[int]:
         c, f, w = task
         chain = chains[c]
-        rows = np.ascontiguousarray(chain.data[f:f + chain.chunk_frames, w:w + group])  # (frames, worlds, *tail)
-        chunks = np.moveaxis(rows, 1, 0)[:, :, None]  # (worlds, frames, 1, *tail): one inner chunk each
-        if chain.layout.order is not None:
-            chunks = chunks.transpose(0, *(1 + i for i in chain.layout.order))
+        rows = np.ascontiguousarray(chain.data[f:f + chain.chunk_frames, w:w + group])[:, :, None]  # (frames, worlds, 1, *tail)
+        chunks = rows.transpose(chain.to_chunks)  # (worlds, ...): one inner chunk each, in the transpose codec's order
         # Each chunk's bytes, as zarr-python hands them to blosc: numcodecs < 0.16 takes no typesize and
         # then shuffles with the byte view's item size, 1 (so do zarr and the writer there).
         flat = np.ascontiguousarray(chunks).reshape(len(chunks), -1).view(np.uint8)

@@ -283,3 +283,30 @@ def test_the_buffer_made_ahead_has_its_pages_in_place():
     shape, dtype = (1024, 1024, 4), np.dtype("float32")  # 16 MiB, never touched
     assert resident_kib(writer_module._small_page_array(shape, dtype, populate=True)) >= 16 * 1024
     assert resident_kib(writer_module._small_page_array(shape, dtype)) < 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
+def test_populating_a_buffer_lets_other_threads_run():
+    # The writer's thread populates the spare chunk buffer while the caller appends. Python's
+    # mmap.madvise holds the GIL throughout (~25 ms for a chunk buffer of 1024 humanoid worlds):
+    # the caller's thread would stand still meanwhile.
+    if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+    window = []
+
+    def populate():
+        time.sleep(0.01)
+        t0 = time.perf_counter()
+        writer_module._small_page_array((256 << 20,), np.dtype("uint8"), populate=True)
+        window.extend([t0, time.perf_counter()])
+
+    turns, n = np.empty(50_000_000), 0  # the main thread's timestamps, stored without allocating
+    thread = threading.Thread(target=populate)
+    thread.start()
+    while thread.is_alive() and n < len(turns):
+        turns[n], n = time.perf_counter(), n + 1
+    thread.join()
+    during = turns[:n][(turns[:n] > window[0]) & (turns[:n] < window[1])]
+    edges = np.concatenate([[window[0]], during, [window[1]]])
+    longest_stall = float(np.diff(edges).max())
+    assert longest_stall < (window[1] - window[0]) / 2, (longest_stall, window)

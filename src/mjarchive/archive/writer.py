@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 import mmap
@@ -49,24 +50,38 @@ DEFAULT_MAX_PENDING_BYTES = 128 * 2**20
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+ (not in Python's mmap module before 3.13)
 
 
+def _libc_madvise() -> Any:
+    """libc's madvise through ctypes, which releases the GIL during the call (Python's mmap.madvise
+    holds it: populating a chunk buffer, ~25 ms, would stall every other thread), or None."""
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return madvise
+
+
+_madvise = _libc_madvise() if hasattr(mmap, "MADV_NOHUGEPAGE") else None
+
+
 def _small_page_array(shape: tuple[int, ...], dtype: np.dtype, populate: bool = False) -> np.ndarray:
     """An uninitialized array in private 4 KiB pages (shared anonymous pages fault 2x slower here), with
     them in place already if `populate`. numpy asks for transparent huge pages above 4 MiB, and in VMs
     that hand free memory back to the host (balloon free-page reporting) a huge page's first touch
     costs 4x more than its small pages' (0.4 vs 1.8 GB/s): the first chunks of every writer."""
     nbytes = max(1, math.prod(shape)) * dtype.itemsize
-    if nbytes < 4 << 20 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
+    if nbytes < 4 << 20 or _madvise is None:
         return np.empty(shape, dtype)
     try:
         pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except OSError as exc:  # ENOMEM
         raise MemoryError(str(exc)) from None
+    array = np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
+    address = array.__array_interface__["data"][0]  # page-aligned: the start of the mapping
+    # A kernel without transparent huge pages or without populating refuses: it is only slower.
     for advice in (mmap.MADV_NOHUGEPAGE, _MADV_POPULATE_WRITE) if populate else (mmap.MADV_NOHUGEPAGE,):
-        try:
-            pages.madvise(advice)
-        except OSError:  # a kernel without transparent huge pages or without populating: it is only slower
-            pass
-    return np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
+        _madvise(address, nbytes, advice)
+    return array
 
 
 class _Arrays:

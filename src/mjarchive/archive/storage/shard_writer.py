@@ -283,7 +283,11 @@ class ShardWriter:
             region = full
         # split[(:,) * a + (i,)] is inner chunk i (a view); chunks from n_present on lie outside the array.
         split = region.reshape(region.shape[:a] + (self.chunks_per_shard[a], c) + region.shape[a + 1:])
-        dtype, encode_row = self.dtype, self._encode_row
+        # Rows of chunks (chunk axis a) -> chunks first, then the transpose codec's order within a chunk.
+        to_chunks = (a, *(i for i in range(split.ndim) if i != a))
+        if self.order is not None:
+            to_chunks = (to_chunks[0], *(to_chunks[1 + i] for i in self.order))
+        dtype, encode_row, lead = self.dtype, self._encode_row, (slice(None),) * a
 
         def encode(lo: int, hi: int) -> list[bytes]:
             # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, in two
@@ -292,16 +296,12 @@ class ShardWriter:
             encoded = []
             for k in range(lo, hi, 8):
                 j = min(k + 8, hi)
-                rows = np.ascontiguousarray(split[(slice(None),) * a + (slice(k, j),)], dtype=dtype)
-                block = np.moveaxis(rows, a, 0)
-                if self.order is not None:
-                    block = block.transpose(0, *(1 + i for i in self.order))
-                block = np.ascontiguousarray(block)
+                rows = np.ascontiguousarray(split[(*lead, slice(k, j))], dtype=dtype)
+                block = np.ascontiguousarray(rows.transpose(to_chunks))
                 if self.serializer:
                     encoded += [self.compressor.encode(chunk) for chunk in block]
                     continue
-                flat = block.reshape(j - k, -1).view(np.uint8)
-                encoded += [encode_row(row) for row in flat]
+                encoded += map(encode_row, block.reshape(j - k, -1).view(np.uint8))
             return encoded
 
         if self.compressor is None:
