@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.resources
 import math
 import os
@@ -234,7 +235,7 @@ class CodecChain:
     def chunk_frames(self) -> int:
         return self.layout.chunk_shape[0]
 
-    @property
+    @functools.cached_property
     def to_chunks(self) -> tuple[int, ...]:
         """Axes taking rows (frames, worlds, 1, *tail) to inner chunks, worlds first, in the transpose codec's order."""
         axes = (1, 0, *range(2, self.data.ndim + 1))

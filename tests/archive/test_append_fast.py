@@ -292,21 +292,38 @@ def test_populating_a_buffer_lets_other_threads_run():
     # the caller's thread would stand still meanwhile.
     if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
         pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
-    window = []
+    if writer_module._madvise is None:
+        pytest.skip("libc's madvise is not reachable through ctypes here")
 
-    def populate():
-        time.sleep(0.01)
-        t0 = time.perf_counter()
-        writer_module._small_page_array((256 << 20,), np.dtype("uint8"), populate=True)
-        window.extend([t0, time.perf_counter()])
+    def longest_stall() -> tuple[float, float]:
+        """The main thread's longest pause while another thread populates 256 MiB, and that call's seconds."""
+        window, errors = [], []
 
-    turns, n = np.empty(50_000_000), 0  # the main thread's timestamps, stored without allocating
-    thread = threading.Thread(target=populate)
-    thread.start()
-    while thread.is_alive() and n < len(turns):
-        turns[n], n = time.perf_counter(), n + 1
-    thread.join()
-    during = turns[:n][(turns[:n] > window[0]) & (turns[:n] < window[1])]
-    edges = np.concatenate([[window[0]], during, [window[1]]])
-    longest_stall = float(np.diff(edges).max())
-    assert longest_stall < (window[1] - window[0]) / 2, (longest_stall, window)
+        def populate():
+            try:
+                time.sleep(0.01)
+                t0 = time.perf_counter()
+                writer_module._small_page_array((256 << 20,), np.dtype("uint8"), populate=True)
+                window.extend([t0, time.perf_counter()])
+            except BaseException as exc:
+                errors.append(exc)
+
+        turns, n = np.empty(10_000_000), 0  # the main thread's timestamps, kept without growing a list
+        thread = threading.Thread(target=populate)
+        thread.start()
+        while thread.is_alive() and n < len(turns):
+            turns[n], n = time.perf_counter(), n + 1
+        thread.join()
+        if errors:
+            raise errors[0]
+        assert n < len(turns), "the populating thread outlived the timestamp array"
+        during = turns[:n][(turns[:n] > window[0]) & (turns[:n] < window[1])]
+        return float(np.diff(np.concatenate([[window[0]], during, [window[1]]])).max()), window[1] - window[0]
+
+    # Populating for real takes tens of milliseconds (refused, it would take none and prove nothing).
+    # Holding the GIL, it stalled the other thread for 0.66-0.93 of the call, measured on a 2-core VM
+    # under load; releasing it, 0.01-0.07 under the same load. Three tries keep a scheduling hiccup
+    # from failing the new code.
+    tries = [longest_stall() for _ in range(3)]
+    assert all(seconds > 0.005 for _, seconds in tries), tries
+    assert any(stall < seconds / 4 for stall, seconds in tries), tries

@@ -47,14 +47,14 @@ DEFAULT_SHARD_WORLDS = 256
 DEFAULT_MAX_PENDING_BYTES = 128 * 2**20
 
 
-_MADV_POPULATE_WRITE = 23  # Linux 5.14+ (not in Python's mmap module before 3.13)
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+ (the asm-generic value)
 
 
 def _libc_madvise() -> Any:
     """libc's madvise through ctypes, which releases the GIL during the call (Python's mmap.madvise
     holds it: populating a chunk buffer, ~25 ms, would stall every other thread), or None."""
     try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        madvise = ctypes.CDLL(None).madvise
     except (OSError, AttributeError):
         return None
     madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
@@ -70,17 +70,23 @@ def _small_page_array(shape: tuple[int, ...], dtype: np.dtype, populate: bool = 
     that hand free memory back to the host (balloon free-page reporting) a huge page's first touch
     costs 4x more than its small pages' (0.4 vs 1.8 GB/s): the first chunks of every writer."""
     nbytes = max(1, math.prod(shape)) * dtype.itemsize
-    if nbytes < 4 << 20 or _madvise is None:
+    if nbytes < 4 << 20 or not hasattr(mmap, "MADV_NOHUGEPAGE"):
         return np.empty(shape, dtype)
     try:
         pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except OSError as exc:  # ENOMEM
         raise MemoryError(str(exc)) from None
     array = np.frombuffer(pages, dtype, count=math.prod(shape)).reshape(shape)
-    address = array.__array_interface__["data"][0]  # page-aligned: the start of the mapping
-    # A kernel without transparent huge pages or without populating refuses: it is only slower.
+    address = array.__array_interface__["data"][0]  # the start of the mapping (it lives as long as `array`)
     for advice in (mmap.MADV_NOHUGEPAGE, _MADV_POPULATE_WRITE) if populate else (mmap.MADV_NOHUGEPAGE,):
-        _madvise(address, nbytes, advice)
+        # A kernel without transparent huge pages or without populating refuses: it is only slower.
+        if _madvise is not None:
+            _madvise(address, nbytes, advice)
+            continue
+        try:
+            pages.madvise(advice)
+        except OSError:
+            pass
     return array
 
 
