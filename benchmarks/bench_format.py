@@ -256,13 +256,16 @@ def codec_chains(path: Path, arrays: dict[str, np.ndarray]) -> list[CodecChain]:
     return chains
 
 
-def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False) -> tuple[float, list[dict]]:
+def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
+               direct: bool = False) -> tuple[float, list[dict]]:
     """Seconds for the codec chains alone to encode every inner chunk of their arrays on os.cpu_count()
     threads (Blosc releases the GIL): each inner chunk is transposed as its codecs say (`group` chunks at a
     time, in cache, as the writer does) and encoded with `Blosc.encode`, 4 groups per pool task (the
     writer's 32 chunks); outputs are measured and dropped, so no time goes to keeping them (keeping 400 MB
     of outputs cost up to 3x in page faults). Returns the seconds and, per chain, each inner chunk's
-    encoded length (with `digest`: its crc32c, computed in the timed part too) by (chunk of frames, world)."""
+    encoded length (with `digest`: its crc32c, computed in the timed part too) by (chunk of frames, world).
+    With `direct`, each group is encoded as the writer encodes it where it can: by numcodecs' c-blosc
+    straight through ctypes into one buffer (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
     tasks = [(c, f, w) for c, chain in enumerate(chains) for f in range(0, chain.data.shape[0], chain.chunk_frames)
              for w in range(0, chain.data.shape[1], group)]
     measure = google_crc32c.value if digest else len
@@ -275,6 +278,12 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False) -
         # Each chunk's bytes, as zarr-python hands them to blosc: numcodecs < 0.16 takes no typesize and
         # then shuffles with the byte view's item size, 1 (so do zarr and the writer there).
         flat = np.ascontiguousarray(chunks).reshape(len(chunks), -1).view(np.uint8)
+        if direct:
+            buffer, lengths = chain.layout._direct.encode_rows(flat)
+            if not digest:
+                return lengths
+            ends = np.cumsum(lengths).tolist()
+            return [measure(buffer[end - n:end]) for end, n in zip(ends, lengths)]
         return [measure(chain.layout.compressor.encode(chunk)) for chunk in flat]
 
     batches = [tasks[i:i + 4] for i in range(0, len(tasks), 4)]
@@ -333,18 +342,24 @@ def measure_layout(prefix: str, path: Path, bundle, qpos, reset, times, layout: 
     res["append_s"] = append_archive(path, bundle, qpos, reset, times, layout, wl.block)
     if codec:
         chains = codec_chains(path, {"qpos": qpos, "reset": reset})
+        direct = all(c.layout._direct is not None for c in chains)  # the writer's own direct c-blosc calls
         res["append_s"] = res["codec_only_s"] = res["codec_only_all_s"] = math.inf  # the same rounds for each
+        res["codec_only_direct_s"] = math.inf if direct else math.nan
         for _ in range(max(wl.repeats, 5)):  # the pair this run is judged by: more rounds against outliers
             res["codec_only_s"] = min(res["codec_only_s"], codec_only(chains[:1])[0])
             res["codec_only_all_s"] = min(res["codec_only_all_s"], codec_only(chains)[0])
+            if direct:
+                res["codec_only_direct_s"] = min(res["codec_only_direct_s"], codec_only(chains[:1], direct=True)[0])
             res["append_s"] = min(res["append_s"], append_archive(path, bundle, qpos, reset, times, layout, wl.block))
         res["codec_only_MBps"] = raw / MB / res["codec_only_s"]
         res["codec_only_all_MBps"] = raw / MB / res["codec_only_all_s"]
         # The same bytes (checked untimed): every inner chunk the chains encode has the crc32c of the one the
         # archive stores at its place (unless the archive's last chunk is padded to the chunk's frames).
-        encoded = codec_only(chains, digest=True)[1]
-        differ = sum(sum(n != stored.get(key) for key, n in got.items()) + len(stored.keys() - got.keys())
-                     for got, stored in zip(encoded, (stored_inner_chunks(path, n, c) for n, c in zip(("qpos", "reset"), chains))))
+        stored = [stored_inner_chunks(path, n, c) for n, c in zip(("qpos", "reset"), chains)]
+        differ = sum(sum(n != want.get(key) for key, n in got.items()) + len(want.keys() - got.keys())
+                     for encoded in ([codec_only(chains, digest=True)[1]]
+                                     + ([codec_only(chains, digest=True, direct=True)[1]] if direct else []))
+                     for got, want in zip(encoded, stored))
         res["codec_only_same_inner_chunks"] = "n/a (partial chunk)" if T % layout.chunk_frames else (
             "yes" if not differ else f"no ({differ} inner chunks differ)")
     res["append_MBps"] = raw / MB / res["append_s"]
@@ -494,6 +509,9 @@ def run(wl: Workload, layouts: list[Layout], workdir: Path, zarr_writes: bool = 
     out("codec_only.same_inner_chunks_as_stored", d["codec_only_same_inner_chunks"])
     out("codec_only.qpos_and_reset_MBps", d["codec_only_all_MBps"])
     out("ratio.append_vs_codec_only_qpos_and_reset", d["codec_only_all_s"] / d["append_s"])
+    # The writer calls c-blosc directly (no per-chunk numcodecs wrapper): the codec alone called the same way.
+    out("codec_only.direct_MBps", raw / MB / d["codec_only_direct_s"])
+    out("ratio.append_vs_codec_only_direct", d["codec_only_direct_s"] / d["append_s"])
     targets = {
         "append_MBps (>= 300)": (d["append_MBps"], d["append_MBps"] >= 300),
         "append_vs_npz (>= 10)": (d["append_MBps"] / (raw / MB / npz_s), d["append_MBps"] / (raw / MB / npz_s) >= 10),

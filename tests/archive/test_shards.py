@@ -16,7 +16,8 @@ from zarr.core.sync import sync
 import mjarchive
 from mjarchive import ModelBundle
 from mjarchive.archive.storage.chunk_writer import ChunkWriter
-from mjarchive.archive.storage.shard_writer import ShardWriter
+from mjarchive.archive.storage import shard_writer
+from mjarchive.archive.storage.shard_writer import ShardWriter, _DirectBlosc
 from mjarchive.archive.creation import _create_frame_world_array
 from mjarchive.testing import hinge_chain_xml
 
@@ -69,13 +70,22 @@ CASES = [
 ]
 
 
+needs_direct_blosc = pytest.mark.skipif(shard_writer._blosc_ctx is None,
+                                        reason="numcodecs' c-blosc 1 cannot be reached through ctypes here")
+
+
+@pytest.mark.parametrize("direct", [pytest.param(True, marks=needs_direct_blosc), False],
+                         ids=["c-blosc-direct", "numcodecs-compress"])
 @pytest.mark.parametrize("W,tail,dtype,cf,sw", CASES)
-def test_objects_byte_identical_to_zarr(tmp_path, W, tail, dtype, cf, sw):
+def test_objects_byte_identical_to_zarr(tmp_path, W, tail, dtype, cf, sw, direct):
     rng = np.random.default_rng(W * 100 + cf)
     frames = 3 * cf
     fast, ref = pair(tmp_path, "g", W, tail, dtype, cf, sw, frames)
     writer = ShardWriter.for_array(fast)
     assert writer is not None
+    assert writer._direct is not None or not direct  # the archive's blosc chains take the direct path
+    if not direct:
+        writer._direct = None
     data = sample(rng, (frames, W, *tail), dtype)
     # One time chunk, then two at once.
     assert writer.write(0, data[:cf])
@@ -87,6 +97,37 @@ def test_objects_byte_identical_to_zarr(tmp_path, W, tail, dtype, cf, sw):
     assert len(ours) == 3 * -(-W // min(sw, W))
     for key in theirs:
         assert ours[key] == theirs[key], key
+
+
+@needs_direct_blosc
+@pytest.mark.parametrize("cname,clevel,shuffle,blocksize,typesize", [
+    (b"zstd", 2, 1, 0, 4), (b"zstd", 2, 0, 0, 1), (b"zstd", 3, 2, 0, 8), (b"lz4", 5, 1, 0, 2),
+    (b"lz4hc", 9, 2, 0, 4), (b"blosclz", 1, 0, 4096, 4), (b"zlib", 1, 1, 0, 8),
+])
+def test_direct_blosc_equals_numcodecs_compress(cname, clevel, shuffle, blocksize, typesize):
+    """Rows that compress, rows blosc stores as they are, and rows of lengths that are no multiple of
+    the type size: the same bytes as numcodecs' compress, one after another, with their lengths."""
+    args = (cname, clevel, shuffle, blocksize, typesize)
+    direct = _DirectBlosc.for_config(*args, args)
+    assert direct is not None
+    rng = np.random.default_rng(clevel)
+    for rows in (np.cumsum(rng.normal(0, 0.01, (7, 512)), axis=1).astype("<f8").view(np.uint8),
+                 rng.integers(0, 256, (3, 40000), dtype=np.uint8),
+                 np.zeros((5, 37), np.uint8), np.ones((1, 1), np.uint8)):
+        rows = np.ascontiguousarray(rows)
+        expected = [shard_writer._blosc_compress(row, *args) for row in rows]
+        got, lengths = direct.encode_rows(rows)
+        assert lengths == [len(e) for e in expected]
+        assert got.tobytes() == b"".join(expected)
+
+
+@needs_direct_blosc
+def test_direct_blosc_declined_where_it_would_write_other_bytes(tmp_path):
+    """A configuration whose probe compresses to other bytes than numcodecs' (here: another level or
+    shuffle) gets no direct path; the writer then calls numcodecs (the `numcodecs-compress` cases)."""
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 2, 1, 0, 4)) is not None
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 5, 1, 0, 4)) is None
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 2, 2, 0, 4)) is None
 
 
 def test_edge_shard_leaves_out_chunks_outside_the_array(tmp_path):

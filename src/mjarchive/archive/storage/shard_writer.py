@@ -9,7 +9,8 @@ C order of the inner-chunk grid and its crc32c, at the end; one `set` per shard 
 the array's chunk key encoding gives. A `transpose` codec first is applied to each inner chunk
 before its bytes (the default layout puts frames innermost); numcodecs' pcodec may stand
 in for `bytes` + `blosc` (benchmarks only: the spec does not allow it). Inner chunks are
-compressed in parallel (Blosc releases the GIL), from `encode_async` on if asked before their store
+compressed in parallel (Blosc releases the GIL), by numcodecs' c-blosc called through ctypes where
+that gives numcodecs' bytes (`_DirectBlosc`), from `encode_async` on if asked before their store
 writes may begin; mjarchive's store writes a shard's pieces without joining them. Inner chunks of an
 edge shard that lie wholly outside the array are left out (index entry 2**64-1 twice), as
 zarr-python leaves them out.
@@ -21,6 +22,8 @@ whose chunk order could differ from C order) is declined, and the caller writes 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
 import threading
@@ -31,6 +34,7 @@ import google_crc32c
 import numcodecs
 import numpy as np
 import zarr
+import numcodecs.blosc
 from numcodecs.blosc import compress as _blosc_compress
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
@@ -45,6 +49,75 @@ _NUMCODECS_TYPESIZE = tuple(int(p) for p in numcodecs.__version__.split(".")[:2]
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _io_pool: ThreadPoolExecutor | None = None
+
+
+def _blosc_compress_ctx() -> Any:
+    """c-blosc 1's `blosc_compress_ctx` from the copy numcodecs links into its extension, through ctypes
+    (which releases the GIL for the call); None where that symbol cannot be reached, numcodecs' blosc
+    is not c-blosc 1 (whose signature this is), or MJARCHIVE_DIRECT_BLOSC=0."""
+    if os.environ.get("MJARCHIVE_DIRECT_BLOSC", "") in ("0", "false", "no"):
+        return None
+    if not str(getattr(numcodecs.blosc, "VERSION_STRING", "")).startswith("1."):
+        return None
+    try:
+        fn = ctypes.CDLL(numcodecs.blosc.__file__).blosc_compress_ctx
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.restype = ctypes.c_int
+    # clevel, doshuffle, typesize, nbytes, src, dest, destsize, compressor, blocksize, numinternalthreads
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+    return fn
+
+
+_blosc_ctx = _blosc_compress_ctx()
+
+
+class _DirectBlosc:
+    """Blosc compression of a run of inner chunks into one output buffer, by numcodecs' own c-blosc with
+    the arguments `numcodecs.blosc.compress` passes it off the main thread (its own context, 1 internal
+    thread). That wrapper holds the GIL per chunk for its argument handling and for copying the output
+    into a fresh bytes object, and the threads compressing other chunks wait for the GIL meanwhile.
+    `for_config` returns None unless probes compress to the same bytes both ways."""
+
+    def __init__(self, cname: bytes, clevel: int, shuffle: int, blocksize: int, typesize: int):
+        self.args = (cname, clevel, shuffle, blocksize, typesize)
+
+    @classmethod
+    @functools.lru_cache(maxsize=64)
+    def for_config(cls, cname: bytes, clevel: int, shuffle: int, blocksize: int, typesize: int,
+                   numcodecs_args: tuple) -> _DirectBlosc | None:
+        if _blosc_ctx is None:
+            return None
+        direct = cls(cname, clevel, shuffle, blocksize, typesize)
+        rng = np.random.default_rng(0)  # rows that compress, and rows that blosc stores as they are
+        rows = np.concatenate([np.repeat(rng.integers(0, 256, 2048, dtype=np.uint8), 8).reshape(2, -1),
+                               rng.integers(0, 256, (2, 8192), dtype=np.uint8)])
+        try:
+            got, lengths = direct.encode_rows(rows)
+            expected = [_blosc_compress(row, *numcodecs_args) for row in rows]
+        except (RuntimeError, ValueError):
+            return None
+        same = bytes(got) == b"".join(expected) and lengths == [len(b) for b in expected]
+        return direct if same else None
+
+    def encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Each row of the C-contiguous uint8 matrix `rows` compressed, one after another in one buffer,
+        and their lengths."""
+        cname, clevel, shuffle, blocksize, typesize = self.args
+        n_rows, nbytes = rows.shape
+        capacity = nbytes + numcodecs.blosc.MAX_OVERHEAD  # what blosc may need for one row
+        out = np.empty(n_rows * capacity, np.uint8)  # untouched pages past the compressed bytes stay unbacked
+        src, dest = rows.__array_interface__["data"][0], out.__array_interface__["data"][0]
+        lengths, pos = [], 0
+        for i in range(n_rows):
+            n = _blosc_ctx(clevel, shuffle, typesize, nbytes, src + i * nbytes, dest + pos, capacity, cname, blocksize, 1)
+            if n <= 0:
+                raise RuntimeError(f"error during blosc compression: {n}")
+            lengths.append(n)
+            pos += n
+        out.resize(pos, refcheck=False)  # shrinks in place: nothing else refers to `out` yet
+        return out, lengths
 
 
 def enabled() -> bool:
@@ -122,7 +195,8 @@ class ShardWriter:
     """Encodes and stores whole shards of one sharded array; `for_array` returns None if unsupported."""
 
     def __init__(self, array: zarr.Array, split_axis: int, compressor: Any, dtype: np.dtype,
-                 order: tuple[int, ...] | None = None, serializer: bool = False, encode_row: Any = None):
+                 order: tuple[int, ...] | None = None, serializer: bool = False, encode_row: Any = None,
+                 direct: _DirectBlosc | None = None):
         self.array = array
         meta = array.metadata
         self.shard_shape: tuple[int, ...] = _regular_chunk_shape(meta)
@@ -137,6 +211,7 @@ class ShardWriter:
         self._started: tuple | None = None  # ((start, data's address and shape), its encode jobs): see `encode_async`
         # One inner chunk's C-order bytes (a uint8 row) -> its encoded bytes.
         self._encode_row = encode_row or ((lambda row: row.tobytes()) if compressor is None else compressor.encode)
+        self._direct = direct  # or, where it gives the same bytes: rows of inner chunks -> one buffer, lengths
 
     @classmethod
     def for_array(cls, array: zarr.Array) -> ShardWriter | None:
@@ -196,13 +271,15 @@ class ShardWriter:
             # inner chunk, which the threads compressing the others wait for (they share the GIL).
             args = (compressor.cname.encode("ascii"), compressor.clevel, compressor.shuffle, compressor.blocksize,
                     *([config["typesize"]] if "typesize" in config else []))
+            direct = _DirectBlosc.for_config(*args[:4], config.get("typesize", 1), args)
             return cls._checked(array, meta, sharding, compressor, dtype, order,
-                                encode_row=lambda row: _blosc_compress(row, *args))
+                                encode_row=lambda row: _blosc_compress(row, *args), direct=direct)
         return cls._checked(array, meta, sharding, compressor, dtype, order)
 
     @classmethod
     def _checked(cls, array: zarr.Array, meta: Any, sharding: dict, compressor: Any, dtype: np.dtype,
-                 order: tuple[int, ...] | None, serializer: bool = False, encode_row: Any = None) -> ShardWriter | None:
+                 order: tuple[int, ...] | None, serializer: bool = False, encode_row: Any = None,
+                 direct: _DirectBlosc | None = None) -> ShardWriter | None:
         shard_shape, chunk_shape = _regular_chunk_shape(meta), tuple(int(n) for n in sharding["chunk_shape"])
         if len(shard_shape) != len(chunk_shape) or any(s % c for s, c in zip(shard_shape, chunk_shape)):
             return None
@@ -212,7 +289,7 @@ class ShardWriter:
         # one chunk that is C order, the only order this module writes.
         if len(split) > 1:
             return None
-        return cls(array, split[0] if split else 0, compressor, dtype, order, serializer, encode_row)
+        return cls(array, split[0] if split else 0, compressor, dtype, order, serializer, encode_row, direct)
 
     def write(self, start: int, data: np.ndarray) -> bool:
         """Store `data` at `array[start:start + len(data)]` if that region is whole shards along axis 0
@@ -287,38 +364,46 @@ class ShardWriter:
         to_chunks = (a, *(i for i in range(split.ndim) if i != a))
         if self.order is not None:
             to_chunks = (to_chunks[0], *(to_chunks[1 + i] for i in self.order))
-        dtype, encode_row, lead = self.dtype, self._encode_row, (slice(None),) * a
+        dtype, encode_row, direct, lead = self.dtype, self._encode_row, self._direct, (slice(None),) * a
 
-        def encode(lo: int, hi: int) -> list[bytes]:
+        def encode(lo: int, hi: int) -> tuple[list, list[int]]:
+            """(the encoded chunks lo..hi-1 in pieces, one after another, and each chunk's length)"""
             # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, in two
             # steps per 8 chunks: their rows, in region order (long runs), then the transpose, in cache:
             # 3x cheaper than one strided copy of a batch, and the encoder reads the result from cache.
-            encoded = []
+            encoded, lengths = [], []
             for k in range(lo, hi, 8):
                 j = min(k + 8, hi)
                 rows = np.ascontiguousarray(split[(*lead, slice(k, j))], dtype=dtype)
                 block = np.ascontiguousarray(rows.transpose(to_chunks))
                 if self.serializer:
                     encoded += [self.compressor.encode(chunk) for chunk in block]
-                    continue
-                encoded += map(encode_row, block.reshape(j - k, -1).view(np.uint8))
-            return encoded
+                elif direct is None:
+                    encoded += map(encode_row, block.reshape(j - k, -1).view(np.uint8))
+                else:
+                    piece, got = direct.encode_rows(block.reshape(j - k, -1).view(np.uint8))
+                    encoded.append(piece)
+                    lengths += got
+            return encoded, (lengths if direct is not None else [len(b) for b in encoded])
 
         if self.compressor is None:
             return n_present, [encode(0, n_present)]
         batch = max(1, math.ceil(n_present / (4 * _WORKERS)))  # few tasks: submitting one costs ~20 us
         return n_present, [pool.submit(encode, lo, min(lo + batch, n_present)) for lo in range(0, n_present, batch)]
 
-    def _assemble(self, n_present: int, parts: list) -> list[bytes]:
+    def _assemble(self, n_present: int, parts: list) -> list:
         """The shard object's bytes, in pieces: the inner chunks, the index, its crc32c."""
-        chunks: list[bytes] = []
+        pieces: list = []
+        chunk_lengths: list[int] = []
         for p in parts:
-            chunks.extend(p if isinstance(p, list) else p.result())
+            got, got_lengths = p.result() if isinstance(p, Future) else p
+            pieces += got
+            chunk_lengths += got_lengths
         n_total = self.chunks_per_shard[self.split_axis]
         index = np.full((n_total, 2), _EMPTY, dtype="<u8")
-        lengths = np.fromiter((len(b) for b in chunks), dtype=np.uint64, count=n_present)
+        lengths = np.array(chunk_lengths, dtype=np.uint64)
         index[:n_present, 1] = lengths
         index[:n_present, 0] = np.cumsum(lengths) - lengths
         index_bytes = index.tobytes()
         crc = np.uint32(google_crc32c.value(index_bytes)).astype("<u4").tobytes()
-        return [*chunks, index_bytes, crc]
+        return [*pieces, index_bytes, crc]
