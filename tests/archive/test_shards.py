@@ -107,8 +107,9 @@ def test_objects_byte_identical_to_zarr(tmp_path, W, tail, dtype, cf, sw, direct
 def test_direct_blosc_equals_numcodecs_compress(cname, clevel, shuffle, blocksize, typesize):
     """Rows that compress, rows blosc stores as they are, and rows of lengths that are no multiple of
     the type size: the same bytes as numcodecs' compress, one after another, with their lengths."""
-    args = (cname, clevel, shuffle, blocksize, typesize)
-    direct = _DirectBlosc.for_config(*args, args)
+    # As the writer calls them: numcodecs < 0.16 takes no typesize and shuffles with the rows' item size, 1.
+    args = (cname, clevel, shuffle, blocksize, *([typesize] if shard_writer._NUMCODECS_TYPESIZE else []))
+    direct = _DirectBlosc.for_config(cname, clevel, shuffle, blocksize, typesize if len(args) == 5 else 1, args)
     assert direct is not None
     rng = np.random.default_rng(clevel)
     for rows in (np.cumsum(rng.normal(0, 0.01, (7, 512)), axis=1).astype("<f8").view(np.uint8),
@@ -125,9 +126,16 @@ def test_direct_blosc_equals_numcodecs_compress(cname, clevel, shuffle, blocksiz
 def test_direct_blosc_declined_where_it_would_write_other_bytes(tmp_path):
     """A configuration whose probe compresses to other bytes than numcodecs' (here: another level or
     shuffle) gets no direct path; the writer then calls numcodecs (the `numcodecs-compress` cases)."""
-    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 2, 1, 0, 4)) is not None
-    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 5, 1, 0, 4)) is None
-    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, 4, (b"zstd", 2, 2, 0, 4)) is None
+    typesize = (4,) if shard_writer._NUMCODECS_TYPESIZE else ()
+    direct_typesize = typesize[0] if typesize else 1
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, direct_typesize, (b"zstd", 2, 1, 0, *typesize)) is not None
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, direct_typesize, (b"zstd", 5, 1, 0, *typesize)) is None
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, direct_typesize, (b"zstd", 2, 2, 0, *typesize)) is None
+    # Arguments numcodecs' compress refuses: declined, not raised.
+    assert _DirectBlosc.for_config(b"zstd", 2, 1, 0, direct_typesize, (b"zstd", 2, 1, 0, 4, "extra")) is None
+    with pytest.raises(ValueError):  # memory it would read by address must be what it assumes
+        _DirectBlosc.for_config(b"zstd", 2, 1, 0, direct_typesize, (b"zstd", 2, 1, 0, *typesize)).encode_rows(
+            np.zeros((4, 8), np.uint8)[:, ::2])
 
 
 def test_edge_shard_leaves_out_chunks_outside_the_array(tmp_path):
