@@ -32,9 +32,9 @@ from typing import Any
 
 import google_crc32c
 import numcodecs
+import numcodecs.blosc
 import numpy as np
 import zarr
-import numcodecs.blosc
 from numcodecs.blosc import compress as _blosc_compress
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
