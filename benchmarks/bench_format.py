@@ -264,8 +264,12 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
     writer's 32 chunks); outputs are measured and dropped, so no time goes to keeping them (keeping 400 MB
     of outputs cost up to 3x in page faults). Returns the seconds and, per chain, each inner chunk's
     encoded length (with `digest`: its crc32c, computed in the timed part too) by (chunk of frames, world).
-    With `direct`, each group is encoded as the writer encodes it where it can: by numcodecs' c-blosc
-    straight through ctypes into one buffer (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
+    With `direct`, each of the writer's tasks (4 groups) is encoded as the writer encodes it where it can: by
+    numcodecs' c-blosc straight through ctypes into one buffer, in one call where each chunk is one blosc
+    block (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
+    per_task = 4
+    if direct:
+        group, per_task = group * per_task, 1
     tasks = [(c, f, w) for c, chain in enumerate(chains) for f in range(0, chain.data.shape[0], chain.chunk_frames)
              for w in range(0, chain.data.shape[1], group)]
     measure = google_crc32c.value if digest else len
@@ -286,7 +290,7 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
             return [measure(buffer[end - n:end]) for end, n in zip(ends, lengths)]
         return [measure(chain.layout.compressor.encode(chunk)) for chunk in flat]
 
-    batches = [tasks[i:i + 4] for i in range(0, len(tasks), 4)]
+    batches = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)]
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers) as pool:
         started = threading.Barrier(workers)  # every thread started before the clock, as the writer's are

@@ -123,6 +123,33 @@ def test_direct_blosc_equals_numcodecs_compress(cname, clevel, shuffle, blocksiz
 
 
 @needs_direct_blosc
+def test_direct_blosc_compresses_rows_of_one_block_in_one_call(monkeypatch):
+    """Rows that blosc compresses as one block each (the archive's qpos inner chunks) go to blosc in one
+    call, and come out as each row's own call writes it: also a row that does not compress (its own
+    call stores it as it is, so it is compressed again on its own) and rows of two blocks (one call each)."""
+    typesize = (4,) if shard_writer._NUMCODECS_TYPESIZE else ()
+    args = (b"zstd", 2, 1, 0, *typesize)
+    direct = _DirectBlosc.for_config(*args[:4], typesize[0] if typesize else 1, args)
+    nbytes = 512 * 28 * 4  # a qpos inner chunk of the default layout
+    assert direct._one_block(nbytes) and not direct._one_block(2 * nbytes)
+    calls = []
+    real = shard_writer._blosc_ctx
+    monkeypatch.setattr(shard_writer, "_blosc_ctx", lambda *a: calls.append(a[3]) or real(*a))
+    rng = np.random.default_rng(3)
+    smooth = np.cumsum(rng.normal(0, 0.01, (5, nbytes // 4)), axis=1).astype("<f4").view(np.uint8)
+    noise = rng.integers(0, 256, (1, nbytes), dtype=np.uint8)
+    for rows, expected_calls in ((np.concatenate([smooth[:2], noise, smooth[2:]]), [6 * nbytes, nbytes]),
+                                 (smooth.reshape(-1)[None, :2 * nbytes].repeat(3, axis=0), [2 * nbytes] * 3)):
+        calls.clear()
+        rows = np.ascontiguousarray(rows)
+        got, lengths = direct.encode_rows(rows)
+        expected = [shard_writer._blosc_compress(row, *args) for row in rows]
+        assert calls == expected_calls
+        assert lengths == [len(e) for e in expected]
+        assert got.tobytes() == b"".join(expected)
+
+
+@needs_direct_blosc
 def test_direct_blosc_declined_where_it_would_write_other_bytes(tmp_path):
     """A configuration whose probe compresses to other bytes than numcodecs' (here: another level or
     shuffle) gets no direct path; the writer then calls numcodecs (the `numcodecs-compress` cases)."""

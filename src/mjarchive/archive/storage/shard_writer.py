@@ -10,7 +10,8 @@ the array's chunk key encoding gives. A `transpose` codec first is applied to ea
 before its bytes (the default layout puts frames innermost); numcodecs' pcodec may stand
 in for `bytes` + `blosc` (benchmarks only: the spec does not allow it). Inner chunks are
 compressed in parallel (Blosc releases the GIL), by numcodecs' c-blosc called through ctypes where
-that gives numcodecs' bytes (`_DirectBlosc`), from `encode_async` on if asked before their store
+that gives numcodecs' bytes (`_DirectBlosc`: one call per batch of inner chunks where each is one blosc
+block), from `encode_async` on if asked before their store
 writes may begin; mjarchive's store writes a shard's pieces without joining them. Inner chunks of an
 edge shard that lie wholly outside the array are left out (index entry 2**64-1 twice), as
 zarr-python leaves them out.
@@ -42,6 +43,9 @@ from zarr.core.sync import sync
 __all__ = ["ShardWriter", "enabled", "store_object", "stored_dtype"]
 
 _EMPTY = np.uint64(2**64 - 1)
+_HEADER = 16  # a blosc 1 chunk's header: versions, flags, type size, then int32 length, block size, chunk length
+_MEMCPYED = 0x2  # header flag: the chunk is stored as it is
+_MAX_STREAMS = 16  # blosc 1 splits a block into at most this many streams, each after its int32 length
 PCODEC = "numcodecs.pcodec"  # zarr-python's name for numcodecs' pcodec serializer (not in tensorstore)
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _WORKERS = os.cpu_count() or 1
@@ -106,6 +110,12 @@ class _DirectBlosc:
         and their lengths."""
         if rows.dtype != np.uint8 or rows.ndim != 2 or not rows.flags.c_contiguous:
             raise ValueError("encode_rows takes a C-contiguous uint8 matrix")  # its memory is read by address
+        if len(rows) > 1 and self._one_block(rows.shape[1]):
+            return self._encode_together(rows)
+        return self._encode_each(rows)
+
+    def _encode_each(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """One blosc call per row, each straight into the output buffer."""
         cname, clevel, shuffle, blocksize, typesize = self.args
         n_rows, nbytes = rows.shape
         capacity = nbytes + numcodecs.blosc.MAX_OVERHEAD  # what blosc may need for one row
@@ -120,6 +130,45 @@ class _DirectBlosc:
             pos += n
         out.resize(pos, refcheck=False)  # shrinks in place: nothing else refers to `out` yet
         return out, lengths
+
+    @functools.lru_cache(maxsize=64)
+    def _one_block(self, nbytes: int) -> bool:
+        """Whether blosc compresses a row of `nbytes` as a single block (it picks the block size from the
+        length and the configuration, not from the bytes): then `_encode_together` applies."""
+        out, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
+        nbytes_field, blocksize_field = (int(v) for v in out[4:12].view("<i4"))
+        return not out[2] & _MEMCPYED and nbytes_field == blocksize_field == nbytes
+
+    def _encode_together(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """All rows in one blosc call (one GIL hand-off instead of one per row), with the block size set to
+        a row's length, then cut into each row's own blosc chunk: blosc compresses every block on its
+        own, so a row's block is the block its own call would write; each row gets the header and block
+        offset that call writes (`_HEADER` + 4 bytes). A row whose chunk comes out longer than blosc lets a
+        row's own call write (that call stores such a row as it is) is compressed on its own."""
+        cname, clevel, shuffle, _, typesize = self.args
+        n_rows, nbytes = rows.shape
+        capacity = _HEADER + n_rows * (4 + nbytes + 4 * _MAX_STREAMS)  # every block stored as it is
+        together = np.empty(capacity, np.uint8)
+        n = _blosc_ctx(clevel, shuffle, typesize, rows.nbytes, rows.__array_interface__["data"][0],
+                       together.__array_interface__["data"][0], capacity, cname, nbytes, 1)
+        if n <= 0 or together[2] & _MEMCPYED or together[4:12].view("<i4").tolist() != [rows.nbytes, nbytes]:
+            return self._encode_each(rows)  # not one block per row (blosc may not take the block size asked)
+        starts = together[_HEADER:_HEADER + 4 * n_rows].view("<i4").astype(np.int64)
+        ends = np.append(starts[1:], n)
+        lengths = _HEADER + 4 + ends - starts
+        headers = np.empty((n_rows, _HEADER + 4), np.uint8)
+        headers[:, :4] = together[:4]  # format versions, flags, type size
+        fields = headers[:, 4:].view("<i4")  # row length, block size, chunk length, its one block's offset
+        fields[:] = (nbytes, nbytes, 0, _HEADER + 4)
+        fields[:, 2] = lengths
+        pieces = []
+        for k in range(n_rows):
+            if lengths[k] > nbytes + numcodecs.blosc.MAX_OVERHEAD:
+                alone, (lengths[k],) = self._encode_each(rows[k:k + 1])
+                pieces.append(alone)
+            else:
+                pieces += (headers[k], together[starts[k]:ends[k]])
+        return np.concatenate(pieces), lengths.tolist()
 
 
 def enabled() -> bool:
@@ -366,27 +415,32 @@ class ShardWriter:
         to_chunks = (a, *(i for i in range(split.ndim) if i != a))
         if self.order is not None:
             to_chunks = (to_chunks[0], *(to_chunks[1 + i] for i in self.order))
+        chunk_shape = tuple(split.shape[i] for i in to_chunks[1:])  # as its codecs take an inner chunk
         dtype, encode_row, direct, lead = self.dtype, self._encode_row, self._direct, (slice(None),) * a
 
         def encode(lo: int, hi: int) -> tuple[list, list[int]]:
             """(the encoded chunks lo..hi-1 in pieces, one after another, and each chunk's length)"""
             # The copy to the chunks' contiguous C-order (transposed) layout runs in the pool too, in two
             # steps per 8 chunks: their rows, in region order (long runs), then the transpose, in cache:
-            # 3x cheaper than one strided copy of a batch, and the encoder reads the result from cache.
-            encoded, lengths = [], []
+            # 3x cheaper than one strided copy of a batch.
+            if direct is not None:  # all of them side by side, for one blosc call
+                together = np.empty((hi - lo, *chunk_shape), dtype)
+                for k in range(lo, hi, 8):
+                    j = min(k + 8, hi)
+                    rows = np.ascontiguousarray(split[(*lead, slice(k, j))], dtype=dtype)
+                    together[k - lo:j - lo] = rows.transpose(to_chunks)
+                buffer, lengths = direct.encode_rows(together.reshape(hi - lo, -1).view(np.uint8))
+                return [buffer], lengths
+            encoded = []
             for k in range(lo, hi, 8):
                 j = min(k + 8, hi)
                 rows = np.ascontiguousarray(split[(*lead, slice(k, j))], dtype=dtype)
                 block = np.ascontiguousarray(rows.transpose(to_chunks))
                 if self.serializer:
                     encoded += [self.compressor.encode(chunk) for chunk in block]
-                elif direct is None:
-                    encoded += map(encode_row, block.reshape(j - k, -1).view(np.uint8))
                 else:
-                    piece, got = direct.encode_rows(block.reshape(j - k, -1).view(np.uint8))
-                    encoded.append(piece)
-                    lengths += got
-            return encoded, (lengths if direct is not None else [len(b) for b in encoded])
+                    encoded += map(encode_row, block.reshape(j - k, -1).view(np.uint8))
+            return encoded, [len(b) for b in encoded]
 
         if self.compressor is None:
             return n_present, [encode(0, n_present)]
