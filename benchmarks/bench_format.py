@@ -260,14 +260,14 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
                direct: bool = False) -> tuple[float, list[dict]]:
     """Seconds for the codec chains alone to encode every inner chunk of their arrays on os.cpu_count()
     threads (Blosc releases the GIL): each inner chunk is transposed as its codecs say (`group` chunks at a
-    time, in cache, as the writer does) and encoded with `Blosc.encode`, 4 groups per pool task (the
-    writer's 32 chunks); outputs are measured and dropped, so no time goes to keeping them (keeping 400 MB
-    of outputs cost up to 3x in page faults). Returns the seconds and, per chain, each inner chunk's
+    time, in cache, as the writer does) and encoded with `Blosc.encode`, 8 groups per pool task (the
+    writer's 64 chunks of a 256-world shard on 2 cores); outputs are measured and dropped, so no time goes
+    to keeping them (keeping 400 MB of outputs cost up to 3x in page faults). Returns the seconds and, per chain, each inner chunk's
     encoded length (with `digest`: its crc32c, computed in the timed part too) by (chunk of frames, world).
-    With `direct`, each of the writer's tasks (4 groups) is encoded as the writer encodes it where it can: by
+    With `direct`, each of these tasks is encoded as the writer encodes it where it can: by
     numcodecs' c-blosc straight through ctypes into one buffer, in one call where each chunk is one blosc
     block (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
-    per_task = 4
+    per_task = 8
     if direct:
         group, per_task = group * per_task, 1
     tasks = [(c, f, w) for c, chain in enumerate(chains) for f in range(0, chain.data.shape[0], chain.chunk_frames)
