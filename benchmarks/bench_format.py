@@ -260,16 +260,17 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
                direct: bool = False) -> tuple[float, list[dict]]:
     """Seconds for the codec chains alone to encode every inner chunk of their arrays on os.cpu_count()
     threads (Blosc releases the GIL): each inner chunk is transposed as its codecs say (`group` chunks at a
-    time, in cache, as the writer does) and encoded with `Blosc.encode`, 8 groups per pool task (the
-    writer's 64 chunks of a 256-world shard on 2 cores); outputs are measured and dropped, so no time goes
-    to keeping them (keeping 400 MB of outputs cost up to 3x in page faults). Returns the seconds and, per chain, each inner chunk's
-    encoded length (with `digest`: its crc32c, computed in the timed part too) by (chunk of frames, world).
-    With `direct`, each of these tasks is encoded as the writer encodes it where it can: by
+    time, in cache, as the writer does) and encoded with `Blosc.encode`, as many groups per pool task as
+    make the writer's task (2 per thread and shard: 64 chunks of a 256-world shard on 2 cores); outputs
+    are measured and dropped, so no time goes to keeping them (keeping 400 MB of outputs cost up to 3x in
+    page faults). Returns the seconds and, per chain, each inner chunk's encoded length (with `digest`: its
+    crc32c, computed in the timed part too) by (chunk of frames, world). With `direct`, each of these tasks is encoded as the writer encodes it where it can: by
     numcodecs' c-blosc straight through ctypes into one buffer, in one call where each chunk is one blosc
     block (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
-    per_task = 8
-    if direct:
-        group, per_task = group * per_task, 1
+    workers = os.cpu_count() or 1
+    per_task = max(1, round(math.ceil(chains[0].layout.shard_shape[1] / (2 * workers)) / group))  # ShardWriter's tasks
+    if direct:  # one task's chunks side by side, copied `group` at a time as the writer does
+        group, per_task, step = group * per_task, 1, group
     tasks = [(c, f, w) for c, chain in enumerate(chains) for f in range(0, chain.data.shape[0], chain.chunk_frames)
              for w in range(0, chain.data.shape[1], group)]
     measure = google_crc32c.value if digest else len
@@ -277,21 +278,30 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
     def encode(task) -> list[int]:
         c, f, w = task
         chain = chains[c]
-        rows = np.ascontiguousarray(chain.data[f:f + chain.chunk_frames, w:w + group])[:, :, None]  # (frames, worlds, 1, *tail)
-        chunks = rows.transpose(chain.to_chunks)  # (worlds, ...): one inner chunk each, in the transpose codec's order
+        n = min(group, chain.data.shape[1] - w)
+
+        def chunks_of(lo: int, hi: int) -> np.ndarray:
+            """Worlds w+lo..w+hi-1: one inner chunk each, in the transpose codec's order."""
+            rows = np.ascontiguousarray(chain.data[f:f + chain.chunk_frames, w + lo:w + hi])[:, :, None]
+            return rows.transpose(chain.to_chunks)  # rows: (frames, worlds, 1, *tail)
+
         # Each chunk's bytes, as zarr-python hands them to blosc: numcodecs < 0.16 takes no typesize and
         # then shuffles with the byte view's item size, 1 (so do zarr and the writer there).
-        flat = np.ascontiguousarray(chunks).reshape(len(chunks), -1).view(np.uint8)
         if direct:
-            buffer, lengths = chain.layout._direct.encode_rows(flat)
+            first = chunks_of(0, min(step, n))
+            together = np.empty((n, *first.shape[1:]), first.dtype)
+            together[:len(first)] = first
+            for lo in range(step, n, step):
+                together[lo:lo + step] = chunks_of(lo, min(lo + step, n))
+            buffer, lengths = chain.layout._direct.encode_rows(together.reshape(n, -1).view(np.uint8))
             if not digest:
                 return lengths
             ends = np.cumsum(lengths).tolist()
-            return [measure(buffer[end - n:end]) for end, n in zip(ends, lengths)]
+            return [measure(buffer[end - k:end]) for end, k in zip(ends, lengths)]
+        flat = np.ascontiguousarray(chunks_of(0, n)).reshape(n, -1).view(np.uint8)
         return [measure(chain.layout.compressor.encode(chunk)) for chunk in flat]
 
     batches = [tasks[i:i + per_task] for i in range(0, len(tasks), per_task)]
-    workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers) as pool:
         started = threading.Barrier(workers)  # every thread started before the clock, as the writer's are
         list(pool.map(lambda _: started.wait(), range(workers)))

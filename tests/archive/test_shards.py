@@ -150,6 +150,48 @@ def test_direct_blosc_compresses_rows_of_one_block_in_one_call(monkeypatch):
 
 
 @needs_direct_blosc
+@pytest.mark.parametrize("cname,clevel,shuffle,typesize,nbytes", [
+    (b"zstd", 2, 0, 1, 512), (b"zstd", 2, 1, 4, 2048), (b"blosclz", 9, 0, 32, 1024),
+])
+def test_direct_blosc_rows_at_the_edge_of_compressing_alone(cname, clevel, shuffle, typesize, nbytes):
+    """Rows that a row's own call only just compresses, or only just stores as they are: codecs fail a few
+    bytes short of their output limit, which that call gives them tighter than a batch does, so the
+    batch's block is not what that call writes; each such row is compressed alone."""
+    args = (cname, clevel, shuffle, 0, *([typesize] if shard_writer._NUMCODECS_TYPESIZE else []))
+    direct = _DirectBlosc.for_config(cname, clevel, shuffle, 0, typesize if len(args) == 5 else 1, args)
+    assert direct is not None and direct._one_block(nbytes)
+    noise = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    rows = np.zeros((nbytes // 4, nbytes), np.uint8)
+    for i, k in enumerate(range(nbytes - len(rows), nbytes)):  # noise, then zeros: more noise, less gain
+        rows[i, :k] = noise[:k]
+    expected = [shard_writer._blosc_compress(row, *args) for row in rows]
+    assert {e[2] & 0x2 for e in expected} == {0, 0x2}  # the rows span the edge: some stored as they are
+    got, lengths = direct.encode_rows(rows)
+    assert lengths == [len(e) for e in expected]
+    assert got.tobytes() == b"".join(expected)
+
+
+@needs_direct_blosc
+def test_direct_blosc_one_call_per_row_where_blosc_enlarges_the_block_size(monkeypatch):
+    """Where blosc splits blocks (lz4 with a type size of 4) it enlarges the block size a batch asks for,
+    so rows are compressed one call each, without a batch first."""
+    typesize = (4,) if shard_writer._NUMCODECS_TYPESIZE else ()
+    if not typesize:
+        pytest.skip("numcodecs < 0.16 shuffles with the byte view's item size, 1: nothing to split")
+    args = (b"lz4", 5, 1, 0, 4)
+    direct = _DirectBlosc.for_config(*args, args)
+    nbytes = 512 * 28 * 4
+    assert direct is not None and not direct._one_block(nbytes)
+    calls = []
+    real = shard_writer._blosc_ctx
+    monkeypatch.setattr(shard_writer, "_blosc_ctx", lambda *a: calls.append(a[3]) or real(*a))
+    rows = np.cumsum(np.random.default_rng(5).normal(0, 0.01, (3, nbytes // 4)), axis=1).astype("<f4").view(np.uint8)
+    got, lengths = direct.encode_rows(np.ascontiguousarray(rows))
+    assert calls == [nbytes] * 3
+    assert got.tobytes() == b"".join(shard_writer._blosc_compress(row, *args) for row in rows)
+
+
+@needs_direct_blosc
 def test_direct_blosc_declined_where_it_would_write_other_bytes(tmp_path):
     """A configuration whose probe compresses to other bytes than numcodecs' (here: another level or
     shuffle) gets no direct path; the writer then calls numcodecs (the `numcodecs-compress` cases)."""

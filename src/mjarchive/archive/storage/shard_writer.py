@@ -46,6 +46,7 @@ _EMPTY = np.uint64(2**64 - 1)
 _HEADER = 16  # a blosc 1 chunk's header: versions, flags, type size, then int32 length, block size, chunk length
 _MEMCPYED = 0x2  # header flag: the chunk is stored as it is
 _MAX_STREAMS = 16  # blosc 1 splits a block into at most this many streams, each after its int32 length
+_END_SLACK = 64  # codecs fail a few bytes short of their output limit (zstd ~8, blosclz 2): a margin for them
 PCODEC = "numcodecs.pcodec"  # zarr-python's name for numcodecs' pcodec serializer (not in tensorstore)
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 _WORKERS = os.cpu_count() or 1
@@ -133,18 +134,18 @@ class _DirectBlosc:
 
     @functools.lru_cache(maxsize=64)
     def _one_block(self, nbytes: int) -> bool:
-        """Whether blosc compresses a row of `nbytes` as a single block (it picks the block size from the
-        length and the configuration, not from the bytes): then `_encode_together` applies."""
-        out, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
-        nbytes_field, blocksize_field = (int(v) for v in out[4:12].view("<i4"))
-        return not out[2] & _MEMCPYED and nbytes_field == blocksize_field == nbytes
+        """Whether a row of `nbytes` is one blosc block alone (blosc picks the block size from the length
+        and the configuration, not from the bytes) and blosc takes that length as the block size of a
+        batch (it enlarges the size asked where it splits blocks): then `_encode_together` applies."""
+        alone, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
+        if alone[2] & _MEMCPYED or alone[4:12].view("<i4").tolist() != [nbytes, nbytes]:
+            return False
+        return self._compress_together(np.zeros((2, nbytes), np.uint8)) is not None
 
-    def _encode_together(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """All rows in one blosc call (one GIL hand-off instead of one per row), with the block size set to
-        a row's length, then cut into each row's own blosc chunk: blosc compresses every block on its
-        own, so a row's block is the block its own call would write; each row gets the header and block
-        offset that call writes (`_HEADER` + 4 bytes). A row whose chunk comes out longer than blosc lets a
-        row's own call write (that call stores such a row as it is) is compressed on its own."""
+    def _compress_together(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """All rows in one blosc call with the block size set to a row's length: (its output buffer, where
+        each row's block starts in it, the output's length), or None unless that is one block per row,
+        in order."""
         cname, clevel, shuffle, _, typesize = self.args
         n_rows, nbytes = rows.shape
         capacity = _HEADER + n_rows * (4 + nbytes + 4 * _MAX_STREAMS)  # every block stored as it is
@@ -152,10 +153,31 @@ class _DirectBlosc:
         n = _blosc_ctx(clevel, shuffle, typesize, rows.nbytes, rows.__array_interface__["data"][0],
                        together.__array_interface__["data"][0], capacity, cname, nbytes, 1)
         if n <= 0 or together[2] & _MEMCPYED or together[4:12].view("<i4").tolist() != [rows.nbytes, nbytes]:
-            return self._encode_each(rows)  # not one block per row (blosc may not take the block size asked)
+            return None
         starts = together[_HEADER:_HEADER + 4 * n_rows].view("<i4").astype(np.int64)
+        if starts[0] != _HEADER + 4 * n_rows or (np.diff(np.append(starts, n)) <= 4).any():
+            return None
+        return together, starts, n
+
+    def _encode_together(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """All rows in one blosc call (one GIL hand-off instead of one per row), then cut into each row's
+        own blosc chunk: blosc compresses every block on its own, so a row's block is the block its own
+        call writes, given the same room; each row gets the header and block offset that call writes
+        (`_HEADER` + 4 bytes). A row whose block either call may have had to squeeze is compressed on its
+        own: its own call leaves a codec at most `nbytes` + MAX_OVERHEAD minus what precedes it, and
+        codecs fail a few bytes short of their limit (zstd, blosclz); that call then stores the row as
+        it is."""
+        got = self._compress_together(rows)
+        if got is None:
+            return self._encode_each(rows)
+        together, starts, n = got
+        n_rows, nbytes = rows.shape
         ends = np.append(starts[1:], n)
         lengths = _HEADER + 4 + ends - starts
+        # The room each block had in the batch (newer c-blosc lets a call write at most its input and
+        # header): enough for the block stored as it is, or the row goes alone.
+        room = min(len(together), rows.nbytes + _HEADER) - starts
+        alone = (lengths > nbytes + numcodecs.blosc.MAX_OVERHEAD - _END_SLACK) | (room < nbytes + 4 * _MAX_STREAMS)
         headers = np.empty((n_rows, _HEADER + 4), np.uint8)
         headers[:, :4] = together[:4]  # format versions, flags, type size
         fields = headers[:, 4:].view("<i4")  # row length, block size, chunk length, its one block's offset
@@ -163,9 +185,9 @@ class _DirectBlosc:
         fields[:, 2] = lengths
         pieces = []
         for k in range(n_rows):
-            if lengths[k] > nbytes + numcodecs.blosc.MAX_OVERHEAD:
-                alone, (lengths[k],) = self._encode_each(rows[k:k + 1])
-                pieces.append(alone)
+            if alone[k]:
+                own, (lengths[k],) = self._encode_each(rows[k:k + 1])
+                pieces.append(own)
             else:
                 pieces += (headers[k], together[starts[k]:ends[k]])
         return np.concatenate(pieces), lengths.tolist()
