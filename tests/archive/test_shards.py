@@ -157,6 +157,8 @@ def test_direct_blosc_rows_at_the_edge_of_compressing_alone(cname, clevel, shuff
     """Rows that a row's own call only just compresses, or only just stores as they are: codecs fail a few
     bytes short of their output limit, which that call gives them tighter than a batch does, so the
     batch's block is not what that call writes; each such row is compressed alone."""
+    if typesize > 1 and not shard_writer._NUMCODECS_TYPESIZE and cname != b"zstd":
+        pytest.skip("numcodecs < 0.16 compresses with a type size of 1, where blosclz splits blocks: no batches")
     args = (cname, clevel, shuffle, 0, *([typesize] if shard_writer._NUMCODECS_TYPESIZE else []))
     direct = _DirectBlosc.for_config(cname, clevel, shuffle, 0, typesize if len(args) == 5 else 1, args)
     assert direct is not None and direct._one_block(nbytes)
