@@ -264,9 +264,10 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
     make the writer's task (2 per thread and shard: 64 chunks of a 256-world shard on 2 cores); outputs
     are measured and dropped, so no time goes to keeping them (keeping 400 MB of outputs cost up to 3x in
     page faults). Returns the seconds and, per chain, each inner chunk's encoded length (with `digest`: its
-    crc32c, computed in the timed part too) by (chunk of frames, world). With `direct`, each of these tasks is encoded as the writer encodes it where it can: by
-    numcodecs' c-blosc straight through ctypes into one buffer, in one call where each chunk is one blosc
-    block (`ShardWriter`'s direct path), instead of `Blosc.encode`."""
+    crc32c, computed in the timed part too) by (chunk of frames, world). With `direct`, each of these tasks
+    is encoded as the writer encodes it where it can: by numcodecs' c-blosc straight through ctypes into
+    one buffer, in one call where each chunk is one blosc block (`ShardWriter`'s direct path), instead of
+    `Blosc.encode`."""
     workers = os.cpu_count() or 1
     per_task = max(1, round(math.ceil(chains[0].layout.shard_shape[1] / (2 * workers)) / group))  # ShardWriter's tasks
     if direct:  # one task's chunks side by side, copied `group` at a time as the writer does
@@ -288,10 +289,8 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
         # Each chunk's bytes, as zarr-python hands them to blosc: numcodecs < 0.16 takes no typesize and
         # then shuffles with the byte view's item size, 1 (so do zarr and the writer there).
         if direct:
-            first = chunks_of(0, min(step, n))
-            together = np.empty((n, *first.shape[1:]), first.dtype)
-            together[:len(first)] = first
-            for lo in range(step, n, step):
+            together = np.empty((n, *chunks_of(0, 0).shape[1:]), chain.data.dtype)
+            for lo in range(0, n, step):
                 together[lo:lo + step] = chunks_of(lo, min(lo + step, n))
             buffer, lengths = chain.layout._direct.encode_rows(together.reshape(n, -1).view(np.uint8))
             if not digest:

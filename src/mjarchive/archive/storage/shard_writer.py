@@ -11,8 +11,8 @@ before its bytes (the default layout puts frames innermost); numcodecs' pcodec m
 in for `bytes` + `blosc` (benchmarks only: the spec does not allow it). Inner chunks are
 compressed in parallel (Blosc releases the GIL), by numcodecs' c-blosc called through ctypes where
 that gives numcodecs' bytes (`_DirectBlosc`: one call per batch of inner chunks where each is one blosc
-block), from `encode_async` on if asked before their store
-writes may begin; mjarchive's store writes a shard's pieces without joining them. Inner chunks of an
+block), from `encode_async` on if asked before their store writes may begin; mjarchive's store
+writes a shard's pieces without joining them. Inner chunks of an
 edge shard that lie wholly outside the array are left out (index entry 2**64-1 twice), as
 zarr-python leaves them out.
 
@@ -138,7 +138,7 @@ class _DirectBlosc:
         and the configuration, not from the bytes) and blosc takes that length as the block size of a
         batch (it enlarges the size asked where it splits blocks): then `_encode_together` applies."""
         alone, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
-        if alone[2] & _MEMCPYED or alone[4:12].view("<i4").tolist() != [nbytes, nbytes]:
+        if not _blocks_of(alone, nbytes, nbytes):
             return False
         return self._compress_together(np.zeros((2, nbytes), np.uint8)) is not None
 
@@ -152,7 +152,7 @@ class _DirectBlosc:
         together = np.empty(capacity, np.uint8)
         n = _blosc_ctx(clevel, shuffle, typesize, rows.nbytes, rows.__array_interface__["data"][0],
                        together.__array_interface__["data"][0], capacity, cname, nbytes, 1)
-        if n <= 0 or together[2] & _MEMCPYED or together[4:12].view("<i4").tolist() != [rows.nbytes, nbytes]:
+        if n <= 0 or not _blocks_of(together, rows.nbytes, nbytes):
             return None
         starts = together[_HEADER:_HEADER + 4 * n_rows].view("<i4").astype(np.int64)
         if starts[0] != _HEADER + 4 * n_rows or (np.diff(np.append(starts, n)) <= 4).any():
@@ -191,6 +191,11 @@ class _DirectBlosc:
             else:
                 pieces += (headers[k], together[starts[k]:ends[k]])
         return np.concatenate(pieces), lengths.tolist()
+
+
+def _blocks_of(chunk: np.ndarray, nbytes: int, blocksize: int) -> bool:
+    """Whether the blosc chunk `chunk` is compressed (not stored as it is) from `nbytes` in blocks of `blocksize`."""
+    return not chunk[2] & _MEMCPYED and chunk[4:12].view("<i4").tolist() == [nbytes, blocksize]
 
 
 def enabled() -> bool:
