@@ -231,6 +231,38 @@ def test_second_buffer_is_made_ahead_and_no_more_than_needed(tmp_path, monkeypat
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([_chunk(k)[1] for k in range(6)]))
 
 
+
+def test_second_buffer_is_made_while_the_first_block_is_copied(tmp_path, monkeypatch):
+    """A first block of a whole chunk: the second buffer is made while that block is being copied, not
+    after it is queued (then it would be made while the chunk compresses, and the caller wait for it)."""
+    store_rows = ArchiveWriter._store_rows
+    copying, finish = threading.Event(), threading.Event()
+
+    def slow_first_copy(self, name, rows, value, first_frame):
+        if name == "qpos" and not copying.is_set():
+            copying.set()
+            assert finish.wait(30)
+        return store_rows(self, name, rows, value, first_frame)
+
+    monkeypatch.setattr(ArchiveWriter, "_store_rows", slow_first_copy)
+    chunks = [_chunk(k) for k in range(2)]
+    with _writer(tmp_path / "a.mjarchive") as writer:
+        appending = threading.Thread(target=writer.append, args=chunks[0], daemon=True)
+        appending.start()
+        try:
+            assert copying.wait(30)
+            deadline = time.monotonic() + 30
+            while not writer._free_buffers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert writer._free_buffers and writer._n_buffers == 2 and writer._n_appended == 0
+        finally:
+            finish.set()
+            appending.join(30)
+        assert not appending.is_alive()
+        writer.append(*chunks[1])
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
+
 def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
     """The second buffer, made ahead, fails slowly while the caller needs it and only two may exist
     (max_pending_bytes=1): the caller waits for that, then makes its own."""
