@@ -231,7 +231,6 @@ def test_second_buffer_is_made_ahead_and_no_more_than_needed(tmp_path, monkeypat
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([_chunk(k)[1] for k in range(6)]))
 
 
-
 def test_second_buffer_is_made_while_the_first_block_is_copied(tmp_path, monkeypatch):
     """A first block of a whole chunk: the second buffer is made while that block is being copied, not
     after it is queued (then it would be made while the chunk compresses, and the caller wait for it)."""
@@ -262,6 +261,7 @@ def test_second_buffer_is_made_while_the_first_block_is_copied(tmp_path, monkeyp
         writer.append(*chunks[1])
     with mjarchive.open(tmp_path / "a.mjarchive") as archive:
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
+
 
 def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
     """The second buffer, made ahead, fails slowly while the caller needs it and only two may exist

@@ -428,6 +428,10 @@ class ArchiveWriter:
     def _stage(self, block: dict[str, np.ndarray], k: int) -> None:
         """Copy a checked block of `k` frames into the chunk buffer (the next one too, if it fills this
         one), check what was stored is finite, and only then count the frames as appended."""
+        if not self._spare_due:
+            with self._cond:  # the second buffer gets made while the first block is copied
+                self._spare_due = True
+                self._cond.notify_all()
         cf = self.manifest.chunk_frames
         if self._buffer_fill + k > 2 * cf:
             # It would hold more than one further buffer, which may not exist before these are stored:
@@ -441,10 +445,6 @@ class ArchiveWriter:
                 self._last_time = float(stored["time"][min(lo + cf, k) - 1])  # for a block cut short here
             return
         buffer, fill, done = self._filling_buffer(), self._buffer_fill, 0
-        if not self._spare_due:
-            with self._cond:  # the second buffer gets made while the first block is copied into the first
-                self._spare_due = True
-                self._cond.notify_all()
         full, taken = [], []  # buffers this block fills; buffers taken for it
         try:
             while done < k:
