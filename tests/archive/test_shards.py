@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +173,57 @@ def test_direct_blosc_rows_at_the_edge_of_compressing_alone(cname, clevel, shuff
     got, lengths = direct.encode_rows(rows)
     assert lengths == [len(e) for e in expected]
     assert got.tobytes() == b"".join(expected)
+
+
+@needs_direct_blosc
+def test_small_zstd_rows_use_a_kept_context_and_give_numcodecs_bytes(monkeypatch):
+    """Inner chunks of `reset` (512 bytes, zstd, no shuffle) go to zstd with a context kept per thread,
+    not through c-blosc (which makes a context per block), and come out as numcodecs' bytes: sparse masks,
+    rows whose zstd frame just fills the room c-blosc gives it or is one step bigger (c-blosc stores
+    those as they are), noise, zeros. Only the rows stored as they are reach c-blosc, one call each."""
+    args = (b"zstd", 2, 0, 0, *((1,) if shard_writer._NUMCODECS_TYPESIZE else ()))
+    direct = _DirectBlosc.for_config(b"zstd", 2, 0, 0, 1, args)
+    nbytes = 512
+    assert direct._kept_context_header(nbytes) is not None
+    rng = np.random.default_rng(7)
+    noise = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    edge = np.zeros((24, nbytes), np.uint8)
+    for i, k in enumerate(range(470, 494)):  # frames of 492-516 bytes, the room being 504
+        edge[i, :k], edge[i, k:k + 3] = noise[:k], 7
+    rows = np.concatenate([(rng.random((6, nbytes)) < 0.06).view(np.uint8), edge, noise[None],
+                           np.zeros((1, nbytes), np.uint8)])
+    expected = [shard_writer._blosc_compress(row, *args) for row in rows]
+    stored_as_is = [e[2] & 0x2 != 0 for e in expected]
+    assert any(stored_as_is[6:30]) and not all(stored_as_is[6:30])  # the edge rows span the edge
+    blosc_calls = []
+    real = shard_writer._blosc_ctx
+    monkeypatch.setattr(shard_writer, "_blosc_ctx", lambda *a: blosc_calls.append(a[3]) or real(*a))
+    got, lengths = direct.encode_rows(rows)
+    assert lengths == [len(e) for e in expected]
+    assert got.tobytes() == b"".join(expected)
+    assert blosc_calls == [nbytes] * sum(stored_as_is)
+
+
+@needs_direct_blosc
+def test_kept_zstd_context_is_freed_with_its_thread(monkeypatch):
+    """Each thread that compresses small zstd rows keeps one context, freed when that thread ends."""
+    kept = shard_writer._kept_zstd
+    freed, real_free = [], kept._free
+    monkeypatch.setattr(kept, "_free", lambda address: freed.append(address) or real_free(address))
+    args = (b"zstd", 2, 0, 0, *((1,) if shard_writer._NUMCODECS_TYPESIZE else ()))
+    direct = _DirectBlosc.for_config(b"zstd", 2, 0, 0, 1, args)
+    used = []
+
+    def compress_twice() -> None:
+        for _ in range(2):
+            direct.encode_rows(np.zeros((3, 512), np.uint8))
+            used.append(kept.context())
+
+    thread = threading.Thread(target=compress_twice)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert len(set(used)) == 1 and freed == used[:1]
 
 
 @needs_direct_blosc

@@ -11,7 +11,8 @@ before its bytes (the default layout puts frames innermost); numcodecs' pcodec m
 in for `bytes` + `blosc` (benchmarks only: the spec does not allow it). Inner chunks are
 compressed in parallel (Blosc releases the GIL), by numcodecs' c-blosc called through ctypes where
 that gives numcodecs' bytes (`_DirectBlosc`: one call per batch of inner chunks where each is one blosc
-block), from `encode_async` on if asked before their store writes may begin; mjarchive's store
+block; small unshuffled zstd ones, like `reset`'s, by zstd itself with a context kept per thread,
+`_KeptZstd`), from `encode_async` on if asked before their store writes may begin; mjarchive's store
 writes a shard's pieces without joining them. Inner chunks of an
 edge shard that lie wholly outside the array are left out (index entry 2**64-1 twice), as
 zarr-python leaves them out.
@@ -46,6 +47,7 @@ _EMPTY = np.uint64(2**64 - 1)
 _HEADER = 16  # a blosc 1 chunk's header: versions, flags, type size, then int32 length, block size, chunk length
 _MEMCPYED = 0x2  # header flag: the chunk is stored as it is
 _MAX_STREAMS = 16  # blosc 1 splits a block into at most this many streams, each after its int32 length
+_KEPT_CONTEXT_MAX_BYTES = 4096  # rows up to this size go to zstd with a kept context (the GIL held meanwhile)
 _END_SLACK = 64  # codecs fail a few bytes short of their output limit (zstd ~8, blosclz 2): a margin for them
 PCODEC = "numcodecs.pcodec"  # zarr-python's name for numcodecs' pcodec serializer (not in tensorstore)
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
@@ -76,6 +78,55 @@ def _blosc_compress_ctx() -> Any:
 
 
 _blosc_ctx = _blosc_compress_ctx()
+
+
+class _KeptZstd:
+    """zstd from the copy numcodecs' c-blosc links in, through ctypes, with one compression context kept per
+    thread. c-blosc 1 makes and frees a zstd context for every block it compresses (its allocation, table
+    clearing and CPU feature probe: ~3/4 of the time for a block of 512 bytes, an inner chunk of `reset`);
+    called with the GIL held, as such short calls are cheaper without the hand-off. `load` returns None
+    where those symbols cannot be reached."""
+
+    def __init__(self, lib: Any):
+        self.compress = lib.ZSTD_compressCCtx  # (cctx, dst, dstCapacity, src, srcSize, level) -> size or error
+        self.compress.restype = ctypes.c_size_t
+        self.compress.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                  ctypes.c_size_t, ctypes.c_int)
+        self._create, self._free = lib.ZSTD_createCCtx, lib.ZSTD_freeCCtx
+        self._create.restype, self._create.argtypes = ctypes.c_void_p, ()
+        self._free.restype, self._free.argtypes = ctypes.c_size_t, (ctypes.c_void_p,)
+        self.max_level = int(lib.ZSTD_maxCLevel())
+        self._local = threading.local()
+
+    @classmethod
+    def load(cls) -> _KeptZstd | None:
+        if _blosc_ctx is None:  # the same switch and the same c-blosc 1 as the batched calls
+            return None
+        try:
+            return cls(ctypes.PyDLL(numcodecs.blosc.__file__))  # PyDLL: the GIL stays held during calls
+        except (OSError, AttributeError, TypeError):
+            return None
+
+    def context(self) -> int:
+        """This thread's compression context (freed when the thread ends)."""
+        kept = getattr(self._local, "kept", None)
+        if kept is None:
+            address = self._create()
+            if not address:
+                raise MemoryError("ZSTD_createCCtx failed")
+            kept = self._local.kept = _Freed(address, self._free)
+        return kept.address
+
+
+class _Freed:
+    def __init__(self, address: int, free: Any):
+        self.address, self._free = address, free
+
+    def __del__(self) -> None:
+        self._free(self.address)
+
+
+_kept_zstd = _KeptZstd.load()
 
 
 class _DirectBlosc:
@@ -111,9 +162,73 @@ class _DirectBlosc:
         and their lengths."""
         if rows.dtype != np.uint8 or rows.ndim != 2 or not rows.flags.c_contiguous:
             raise ValueError("encode_rows takes a C-contiguous uint8 matrix")  # its memory is read by address
+        header = self._kept_context_header(rows.shape[1])
+        if header is not None:
+            return self._encode_with_kept_context(rows, header)
         if len(rows) > 1 and self._one_block(rows.shape[1]):
             return self._encode_together(rows)
         return self._encode_each(rows)
+
+    @functools.lru_cache(maxsize=64)
+    def _kept_context_header(self, nbytes: int) -> np.ndarray | None:
+        """The first 4 header bytes (format versions, flags, type size) of rows of `nbytes` if they go to
+        zstd directly (`_encode_with_kept_context`), else None: small rows of this zstd configuration that
+        blosc leaves unshuffled and compresses as one block of one stream, where probes (rows that
+        compress, and rows blosc stores as they are) come out the same both ways."""
+        cname, _, shuffle, _, typesize = self.args
+        if _kept_zstd is None or cname != b"zstd" or nbytes > _KEPT_CONTEXT_MAX_BYTES or (shuffle and typesize > 1):
+            return None
+        alone, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
+        if alone[2] & _MEMCPYED or len(alone) <= _HEADER + 8:
+            return None
+        fields = alone[4:24].view("<i4").tolist()  # row length, block size, chunk length, block offset, stream length
+        if fields != [nbytes, nbytes, len(alone), _HEADER + 4, len(alone) - _HEADER - 8]:
+            return None
+        header = alone[:4].copy()
+        rng = np.random.default_rng(nbytes)
+        probes = np.concatenate([np.zeros((1, nbytes), np.uint8), rng.random((2, nbytes)) < 0.05,
+                                 rng.integers(0, 256, (2, nbytes), dtype=np.uint8)]).view(np.uint8)
+        got, lengths = self._encode_with_kept_context(probes, header)
+        expected, expected_lengths = self._encode_each(probes)
+        return header if lengths == expected_lengths and np.array_equal(got, expected) else None
+
+    def _encode_with_kept_context(self, rows: np.ndarray, header: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Each row as c-blosc compresses it alone, its one zstd stream compressed with this thread's kept
+        context into the room c-blosc gives it (the rest of numcodecs' output size after the header, block
+        offset and stream length), and the blosc header written around it. A row that does not fit there
+        is compressed by c-blosc itself, which then stores it as it is."""
+        _, clevel, _, _, _ = self.args
+        n_rows, nbytes = rows.shape
+        level = clevel * 2 - 1 if clevel < 9 else _kept_zstd.max_level  # c-blosc's zstd levels
+        room = nbytes + numcodecs.blosc.MAX_OVERHEAD - _HEADER - 8
+        capacity = nbytes + numcodecs.blosc.MAX_OVERHEAD
+        out = np.empty(n_rows * capacity, np.uint8)
+        src, dest = rows.__array_interface__["data"][0], out.__array_interface__["data"][0]
+        compress, context = _kept_zstd.compress, _kept_zstd.context()
+        streams = []
+        pos = 0
+        for i in range(n_rows):
+            n = compress(context, dest + pos + _HEADER + 8, room, src + i * nbytes, nbytes, level)
+            if n > room:  # an error code (a huge size_t): it did not fit, and blosc stores it as it is
+                own, _ = self._encode_each(rows[i:i + 1])
+                out[pos:pos + len(own)] = own
+                streams.append(-len(own))
+                pos += len(own)
+            else:
+                streams.append(n)
+                pos += n + _HEADER + 8
+        streams = np.array(streams, np.int64)
+        compressed = streams >= 0
+        lengths = np.where(compressed, streams + _HEADER + 8, -streams)
+        starts = (np.cumsum(lengths) - lengths)[compressed]
+        headers = np.empty((len(starts), _HEADER + 8), np.uint8)
+        headers[:, :4] = header
+        fields = headers[:, 4:].view("<i4")  # row length, block size, chunk length, block offset, stream length
+        fields[:] = (nbytes, nbytes, 0, _HEADER + 4, 0)
+        fields[:, 2], fields[:, 4] = lengths[compressed], streams[compressed]
+        out[starts[:, None] + np.arange(_HEADER + 8)] = headers
+        out.resize(pos, refcheck=False)  # shrinks in place: nothing else refers to `out` yet
+        return out, lengths.tolist()
 
     def _encode_each(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
         """One blosc call per row, each straight into the output buffer."""
