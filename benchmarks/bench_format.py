@@ -292,9 +292,10 @@ def codec_only(chains: list[CodecChain], group: int = 8, digest: bool = False,
             together = np.empty((n, *chunks_of(0, 0).shape[1:]), chain.data.dtype)
             for lo in range(0, n, step):
                 together[lo:lo + step] = chunks_of(lo, min(lo + step, n))
-            buffer, lengths = chain.layout._direct.encode_rows(together.reshape(n, -1).view(np.uint8))
+            pieces, lengths = chain.layout._direct.encode_rows(together.reshape(n, -1).view(np.uint8))
             if not digest:
                 return lengths
+            buffer = np.concatenate(pieces)
             ends = np.cumsum(lengths).tolist()
             return [measure(buffer[end - k:end]) for end, k in zip(ends, lengths)]
         flat = np.ascontiguousarray(chunks_of(0, n)).reshape(n, -1).view(np.uint8)

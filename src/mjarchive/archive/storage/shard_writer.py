@@ -154,20 +154,22 @@ class _DirectBlosc:
             expected = [_blosc_compress(row, *numcodecs_args) for row in rows]
         except Exception:  # whatever refuses these arguments: numcodecs' compress stays
             return None
-        same = bytes(got) == b"".join(expected) and lengths == [len(b) for b in expected]
+        same = b"".join(got) == b"".join(expected) and lengths == [len(b) for b in expected]
         return direct if same else None
 
-    def encode_rows(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """Each row of the C-contiguous uint8 matrix `rows` compressed, one after another in one buffer,
-        and their lengths."""
+    def encode_rows(self, rows: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+        """Each row of the C-contiguous uint8 matrix `rows` compressed, one after another in pieces (byte
+        arrays, to be stored in order: never joined, the store copies them once), and their lengths."""
         if rows.dtype != np.uint8 or rows.ndim != 2 or not rows.flags.c_contiguous:
             raise ValueError("encode_rows takes a C-contiguous uint8 matrix")  # its memory is read by address
         header = self._kept_context_header(rows.shape[1])
         if header is not None:
-            return self._encode_with_kept_context(rows, header)
-        if len(rows) > 1 and self._one_block(rows.shape[1]):
+            out, lengths = self._encode_with_kept_context(rows, header)
+        elif len(rows) > 1 and self._one_block(rows.shape[1]):
             return self._encode_together(rows)
-        return self._encode_each(rows)
+        else:
+            out, lengths = self._encode_each(rows)
+        return [out], lengths
 
     @functools.lru_cache(maxsize=64)
     def _kept_context_header(self, nbytes: int) -> np.ndarray | None:
@@ -274,7 +276,7 @@ class _DirectBlosc:
             return None
         return together, starts, n
 
-    def _encode_together(self, rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    def _encode_together(self, rows: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
         """All rows in one blosc call (one GIL hand-off instead of one per row), then cut into each row's
         own blosc chunk: blosc compresses every block on its own, so a row's block is the block its own
         call writes, given the same room; each row gets the header and block offset that call writes
@@ -284,7 +286,8 @@ class _DirectBlosc:
         it is."""
         got = self._compress_together(rows)
         if got is None:
-            return self._encode_each(rows)
+            out, lengths = self._encode_each(rows)
+            return [out], lengths
         together, starts, n = got
         n_rows, nbytes = rows.shape
         ends = np.append(starts[1:], n)
@@ -305,7 +308,7 @@ class _DirectBlosc:
                 pieces.append(own)
             else:
                 pieces += (headers[k], together[starts[k]:ends[k]])
-        return np.concatenate(pieces), lengths.tolist()
+        return pieces, lengths.tolist()
 
 
 def _blocks_of(chunk: np.ndarray, nbytes: int, blocksize: int) -> bool:
@@ -571,8 +574,7 @@ class ShardWriter:
                     j = min(k + 8, hi)
                     rows = np.ascontiguousarray(split[(*lead, slice(k, j))], dtype=dtype)
                     together[k - lo:j - lo] = rows.transpose(to_chunks)
-                buffer, lengths = direct.encode_rows(together.reshape(hi - lo, -1).view(np.uint8))
-                return [buffer], lengths
+                return direct.encode_rows(together.reshape(hi - lo, -1).view(np.uint8))
             encoded = []
             for k in range(lo, hi, 8):
                 j = min(k + 8, hi)
