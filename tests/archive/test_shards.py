@@ -8,6 +8,7 @@ import os
 import threading
 from pathlib import Path
 
+import numcodecs.blosc
 import numpy as np
 import pytest
 import zarr
@@ -74,6 +75,8 @@ CASES = [
 
 needs_direct_blosc = pytest.mark.skipif(shard_writer._blosc_ctx is None,
                                         reason="numcodecs' c-blosc 1 cannot be reached through ctypes here")
+needs_kept_zstd = pytest.mark.skipif(shard_writer._kept_zstd is None,
+                                     reason="numcodecs' c-blosc does not export zstd's context functions here")
 
 
 @pytest.mark.parametrize("direct", [pytest.param(True, marks=needs_direct_blosc), False],
@@ -175,26 +178,31 @@ def test_direct_blosc_rows_at_the_edge_of_compressing_alone(cname, clevel, shuff
     assert b"".join(got) == b"".join(expected)
 
 
-@needs_direct_blosc
+@needs_kept_zstd
 def test_small_zstd_rows_use_a_kept_context_and_give_numcodecs_bytes(monkeypatch):
     """Inner chunks of `reset` (512 bytes, zstd, no shuffle) go to zstd with a context kept per thread,
     not through c-blosc (which makes a context per block), and come out as numcodecs' bytes: sparse masks,
-    rows whose zstd frame just fills the room c-blosc gives it or is one step bigger (c-blosc stores
-    those as they are), noise, zeros. Only the rows stored as they are reach c-blosc, one call each."""
+    rows whose zstd frame is exactly the room c-blosc gives it or one byte more (c-blosc stores those as
+    they are), noise, zeros. Only the rows stored as they are reach c-blosc, one call each."""
     args = (b"zstd", 2, 0, 0, *((1,) if shard_writer._NUMCODECS_TYPESIZE else ()))
     direct = _DirectBlosc.for_config(b"zstd", 2, 0, 0, 1, args)
     nbytes = 512
+    room = nbytes + numcodecs.blosc.MAX_OVERHEAD - 24  # after the header, block offset and stream length
     assert direct._kept_context_header(nbytes) is not None
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(0)
     noise = rng.integers(0, 256, nbytes, dtype=np.uint8)
-    edge = np.zeros((24, nbytes), np.uint8)
-    for i, k in enumerate(range(470, 494)):  # frames of 492-516 bytes, the room being 504
-        edge[i, :k], edge[i, k:k + 3] = noise[:k], 7
+    edge = np.zeros((2 * 20, nbytes), np.uint8)
+    for i, (k, j) in enumerate((k, j) for k in range(458, 478) for j in (10, 11)):
+        edge[i, :k], edge[i, k + 8:k + 8 + j] = noise[:k], noise[:j][::-1]  # frames of ~k + j + 24 bytes
+    kept = shard_writer._kept_zstd
+    scratch = np.empty(2 * nbytes, np.uint8)
+    frames = {kept.compress(kept.context(), scratch.ctypes.data, len(scratch), row.ctypes.data, nbytes, 3)
+              for row in edge}
+    assert {room - 1, room, room + 1} <= frames  # the edge itself, on both sides
     rows = np.concatenate([(rng.random((6, nbytes)) < 0.06).view(np.uint8), edge, noise[None],
                            np.zeros((1, nbytes), np.uint8)])
     expected = [shard_writer._blosc_compress(row, *args) for row in rows]
     stored_as_is = [e[2] & 0x2 != 0 for e in expected]
-    assert any(stored_as_is[6:30]) and not all(stored_as_is[6:30])  # the edge rows span the edge
     blosc_calls = []
     real = shard_writer._blosc_ctx
     monkeypatch.setattr(shard_writer, "_blosc_ctx", lambda *a: blosc_calls.append(a[3]) or real(*a))
@@ -204,7 +212,33 @@ def test_small_zstd_rows_use_a_kept_context_and_give_numcodecs_bytes(monkeypatch
     assert blosc_calls == [nbytes] * sum(stored_as_is)
 
 
+@needs_kept_zstd
+@pytest.mark.parametrize("clevel,shuffle", [(2, 2), (9, 0)])
+def test_kept_zstd_context_declined_where_blosc_does_more(clevel, shuffle):
+    """Not for rows c-blosc bitshuffles (type size 1, a length of whole bytes of bits) nor for high levels
+    (calls of milliseconds with the GIL held): c-blosc compresses those, and the bytes are numcodecs'."""
+    args = (b"zstd", clevel, shuffle, 0, *((1,) if shard_writer._NUMCODECS_TYPESIZE else ()))
+    direct = _DirectBlosc.for_config(b"zstd", clevel, shuffle, 0, 1, args)
+    assert direct is not None and direct._kept_context_header(512) is None
+    rows = (np.random.default_rng(1).random((4, 512)) < 0.06).view(np.uint8)
+    got, _ = direct.encode_rows(rows)
+    assert b"".join(got) == b"".join(shard_writer._blosc_compress(row, *args) for row in rows)
+
+
 @needs_direct_blosc
+def test_batched_rows_do_not_keep_room_for_raw_rows():
+    """The pieces of a batch (kept until their shard is stored) refer to memory of about their own size,
+    not to the batch call's output room (every row stored as it is)."""
+    typesize = (4,) if shard_writer._NUMCODECS_TYPESIZE else ()
+    args = (b"zstd", 2, 1, 0, *typesize)
+    direct = _DirectBlosc.for_config(*args[:4], typesize[0] if typesize else 1, args)
+    rows = np.zeros((16, 512 * 28 * 4), np.uint8)  # compresses to almost nothing
+    got, lengths = direct.encode_rows(rows)
+    held = {id(base): base.nbytes for base in (p if p.base is None else p.base for p in got)}
+    assert sum(held.values()) < 4 * sum(lengths) < rows.nbytes // 100
+
+
+@needs_kept_zstd
 def test_kept_zstd_context_is_freed_with_its_thread(monkeypatch):
     """Each thread that compresses small zstd rows keeps one context, freed when that thread ends."""
     kept = shard_writer._kept_zstd

@@ -47,7 +47,11 @@ _EMPTY = np.uint64(2**64 - 1)
 _HEADER = 16  # a blosc 1 chunk's header: versions, flags, type size, then int32 length, block size, chunk length
 _MEMCPYED = 0x2  # header flag: the chunk is stored as it is
 _MAX_STREAMS = 16  # blosc 1 splits a block into at most this many streams, each after its int32 length
-_KEPT_CONTEXT_MAX_BYTES = 4096  # rows up to this size go to zstd with a kept context (the GIL held meanwhile)
+# Rows up to this size and blosc level go to zstd with a kept context, the GIL held meanwhile: calls of a few
+# microseconds (a 512-byte row at zstd level 3: 3 us); higher levels take milliseconds. Small rows also keep zstd
+# 1.5's row match finder, whose hash salt changes between context resets, off (it starts above a 16 KiB window).
+_KEPT_CONTEXT_MAX_BYTES = 4096
+_KEPT_CONTEXT_MAX_CLEVEL = 3
 _END_SLACK = 64  # codecs fail a few bytes short of their output limit (zstd ~8, blosclz 2): a margin for them
 PCODEC = "numcodecs.pcodec"  # zarr-python's name for numcodecs' pcodec serializer (not in tensorstore)
 _SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
@@ -177,8 +181,9 @@ class _DirectBlosc:
         zstd directly (`_encode_with_kept_context`), else None: small rows of this zstd configuration that
         blosc leaves unshuffled and compresses as one block of one stream, where probes (rows that
         compress, and rows blosc stores as they are) come out the same both ways."""
-        cname, _, shuffle, _, typesize = self.args
-        if _kept_zstd is None or cname != b"zstd" or nbytes > _KEPT_CONTEXT_MAX_BYTES or (shuffle and typesize > 1):
+        cname, clevel, shuffle, _, typesize = self.args
+        if (_kept_zstd is None or cname != b"zstd" or nbytes > _KEPT_CONTEXT_MAX_BYTES or clevel > _KEPT_CONTEXT_MAX_CLEVEL
+                or (shuffle and typesize > 1)):
             return None
         alone, _ = self._encode_each(np.zeros((1, nbytes), np.uint8))
         if alone[2] & _MEMCPYED or len(alone) <= _HEADER + 8:
@@ -260,9 +265,9 @@ class _DirectBlosc:
         return self._compress_together(np.zeros((2, nbytes), np.uint8)) is not None
 
     def _compress_together(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """All rows in one blosc call with the block size set to a row's length: (its output buffer, where
-        each row's block starts in it, the output's length), or None unless that is one block per row,
-        in order."""
+        """All rows in one blosc call with the block size set to a row's length: (its output, where each
+        row's block starts in it, the room the call had), or None unless that is one block per row, in
+        order. The output is cut to its length: pieces of it are kept until their shard is stored."""
         cname, clevel, shuffle, _, typesize = self.args
         n_rows, nbytes = rows.shape
         capacity = _HEADER + n_rows * (4 + nbytes + 4 * _MAX_STREAMS)  # every block stored as it is
@@ -274,7 +279,8 @@ class _DirectBlosc:
         starts = together[_HEADER:_HEADER + 4 * n_rows].view("<i4").astype(np.int64)
         if starts[0] != _HEADER + 4 * n_rows or (np.diff(np.append(starts, n)) <= 4).any():
             return None
-        return together, starts, n
+        together.resize(n, refcheck=False)  # in place: nothing refers to `together` yet
+        return together, starts, capacity
 
     def _encode_together(self, rows: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
         """All rows in one blosc call (one GIL hand-off instead of one per row), then cut into each row's
@@ -288,13 +294,13 @@ class _DirectBlosc:
         if got is None:
             out, lengths = self._encode_each(rows)
             return [out], lengths
-        together, starts, n = got
+        together, starts, capacity = got
         n_rows, nbytes = rows.shape
-        ends = np.append(starts[1:], n)
+        ends = np.append(starts[1:], len(together))
         lengths = _HEADER + 4 + ends - starts
         # The room each block had in the batch (newer c-blosc lets a call write at most its input and
         # header): enough for the block stored as it is, or the row goes alone.
-        room = min(len(together), rows.nbytes + _HEADER) - starts
+        room = min(capacity, rows.nbytes + _HEADER) - starts
         alone = (lengths > nbytes + numcodecs.blosc.MAX_OVERHEAD - _END_SLACK) | (room < nbytes + 4 * _MAX_STREAMS)
         headers = np.empty((n_rows, _HEADER + 4), np.uint8)
         headers[:, :4] = together[:4]  # format versions, flags, type size
