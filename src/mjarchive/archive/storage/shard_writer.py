@@ -204,7 +204,7 @@ class _DirectBlosc:
         context into the room c-blosc gives it (the rest of numcodecs' output size after the header, block
         offset and stream length), and the blosc header written around it. A row that does not fit there
         is compressed by c-blosc itself, which then stores it as it is."""
-        _, clevel, _, _, _ = self.args
+        clevel = self.args[1]
         n_rows, nbytes = rows.shape
         level = clevel * 2 - 1 if clevel < 9 else _kept_zstd.max_level  # c-blosc's zstd levels
         room = nbytes + numcodecs.blosc.MAX_OVERHEAD - _HEADER - 8
@@ -228,11 +228,7 @@ class _DirectBlosc:
         compressed = streams >= 0
         lengths = np.where(compressed, streams + _HEADER + 8, -streams)
         starts = (np.cumsum(lengths) - lengths)[compressed]
-        headers = np.empty((len(starts), _HEADER + 8), np.uint8)
-        headers[:, :4] = header
-        fields = headers[:, 4:].view("<i4")  # row length, block size, chunk length, block offset, stream length
-        fields[:] = (nbytes, nbytes, 0, _HEADER + 4, 0)
-        fields[:, 2], fields[:, 4] = lengths[compressed], streams[compressed]
+        headers = _one_block_headers(header, nbytes, lengths[compressed], streams[compressed])
         out[starts[:, None] + np.arange(_HEADER + 8)] = headers
         out.resize(pos, refcheck=False)  # shrinks in place: nothing else refers to `out` yet
         return out, lengths.tolist()
@@ -302,11 +298,7 @@ class _DirectBlosc:
         # header): enough for the block stored as it is, or the row goes alone.
         room = min(capacity, rows.nbytes + _HEADER) - starts
         alone = (lengths > nbytes + numcodecs.blosc.MAX_OVERHEAD - _END_SLACK) | (room < nbytes + 4 * _MAX_STREAMS)
-        headers = np.empty((n_rows, _HEADER + 4), np.uint8)
-        headers[:, :4] = together[:4]  # format versions, flags, type size
-        fields = headers[:, 4:].view("<i4")  # row length, block size, chunk length, its one block's offset
-        fields[:] = (nbytes, nbytes, 0, _HEADER + 4)
-        fields[:, 2] = lengths
+        headers = _one_block_headers(together[:4], nbytes, lengths)
         pieces = []
         for k in range(n_rows):
             if alone[k]:
@@ -315,6 +307,22 @@ class _DirectBlosc:
             else:
                 pieces += (headers[k], together[starts[k]:ends[k]])
         return pieces, lengths.tolist()
+
+
+def _one_block_headers(first: np.ndarray, nbytes: int, chunk_lengths: np.ndarray,
+                       stream_lengths: np.ndarray | None = None) -> np.ndarray:
+    """One row each: the blosc header of a chunk of `nbytes` compressed as one block (its first 4 bytes,
+    format versions, flags and type size, as `first`; then int32 length, block size, chunk length) and the
+    block's offset, followed by its one stream's length where `stream_lengths` are given."""
+    fields = np.empty((len(chunk_lengths), 4 if stream_lengths is None else 5), "<i4")
+    fields[:] = (nbytes, nbytes, 0, _HEADER + 4, 0)[:fields.shape[1]]
+    fields[:, 2] = chunk_lengths
+    if stream_lengths is not None:
+        fields[:, 4] = stream_lengths
+    headers = np.empty((len(fields), 4 + fields.itemsize * fields.shape[1]), np.uint8)
+    headers[:, :4] = first
+    headers[:, 4:] = fields.view(np.uint8)
+    return headers
 
 
 def _blocks_of(chunk: np.ndarray, nbytes: int, blocksize: int) -> bool:
