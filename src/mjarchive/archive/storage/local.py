@@ -235,6 +235,10 @@ def _write_direct(fd: int, pieces: list[memoryview], total: int) -> bool:
     offset = fill = 0
     try:
         for piece in pieces:
+            if fill + piece.nbytes < _DIRECT_SEGMENT:  # most pieces (an inner chunk, a header): no slicing
+                buffer[fill:fill + piece.nbytes] = piece
+                fill += piece.nbytes
+                continue
             pos = 0
             while pos < piece.nbytes:
                 n = min(piece.nbytes - pos, _DIRECT_SEGMENT - fill)
