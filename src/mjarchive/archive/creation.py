@@ -27,6 +27,7 @@ from .format import (
     MAX_WORLD_ID,
     MAX_WORLDS,
     MIN_RATE,
+    RESET_COUNT,
     ROOT_ATTR,
     STORAGE_DTYPES,
     check_track_name,
@@ -118,9 +119,10 @@ def plan_archive(bundle: ModelBundle, *, world_ids: Any, n_worlds: int | None, t
 
 
 def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifest: Manifest, *,
-                  overwrite: bool) -> zarr.Group:
+                  overwrite: bool) -> tuple[zarr.Group, dict[str, zarr.Array]]:
     """Write a new, empty archive for `manifest` into `store` (from `new_store`, its writer lease held):
-    the model bundle, every array and the root attributes."""
+    the model bundle, every array and the root attributes. Returns the root group and the arrays a writer
+    appends to, by name (opening them again would read back the metadata just written: ~2 ms each)."""
     world_ids, W = manifest.world_ids, len(manifest.world_ids)
     chunk_frames, shard_worlds, overlay_decls = manifest.chunk_frames, manifest.shard_worlds, manifest.overlays
     # Refuses existing data (local or remote) unless overwrite=True: ArchiveExistsError.
@@ -132,17 +134,19 @@ def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifes
                             compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
                             config={"write_empty_chunks": True})
     wid[:] = np.asarray(world_ids, dtype=np.int64)
-    root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
-                      compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)
+    arrays = {"time": root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64",
+                                        dimension_names=("frame",), compressors=zarr.codecs.ZstdCodec(level=3),
+                                        fill_value=0.0)}
     for group in ("overlays", *(f"overlays/{n}" for n in overlay_decls)) if overlay_decls else ():
         root.create_group(group)
     for name, (tail, dt) in manifest.per_frame_arrays().items():
-        _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
+        arrays[name] = _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames,
+                                                 shard_worlds)
     create_event_arrays(root, manifest)
     if has_index(manifest):
-        create_index_array(root, W, shard_worlds)
+        arrays[RESET_COUNT] = create_index_array(root, W, shard_worlds)
     write_root(root, manifest.to_dict(0, "live"))
-    return root
+    return root, arrays
 
 
 def _dimension_names(name: str, tail: tuple[int, ...]) -> tuple[str, ...]:
@@ -170,7 +174,7 @@ def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, per_frame: dict[str,
     return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world, MAX_DECODED_CHUNK_BYTES // (INDEX_ROWS * 8)))
 
 
-def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> None:
+def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> zarr.Array:
     """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
     itemsize = np.dtype(dtype).itemsize
     # Zarr chunk extents must be >= 1: a zero-length trailing axis (qpos of a model with nq = 0)
@@ -183,7 +187,7 @@ def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, sh
     filters = [zarr.codecs.TransposeCodec(order=(*range(1, 2 + len(tail)), 0))] if tail and itemsize > 1 else None
     compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=2, shuffle="shuffle" if itemsize > 1 else "noshuffle",
                                         typesize=itemsize)
-    root.create_array(
+    return root.create_array(
         name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks), shards=(chunk_frames, shard_worlds, *tail_chunks),
         dtype=dtype, filters=filters, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0,
     )

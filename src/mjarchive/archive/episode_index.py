@@ -33,8 +33,8 @@ def has_index(manifest: Any) -> bool:
     return version_at_least(manifest.format_version, (1, 3))
 
 
-def create_index_array(root: zarr.Group, n_worlds: int, shard_worlds: int) -> None:
-    root.create_array(RESET_COUNT, shape=(0, n_worlds), chunks=(INDEX_ROWS, shard_worlds), dtype="int64",
+def create_index_array(root: zarr.Group, n_worlds: int, shard_worlds: int) -> zarr.Array:
+    return root.create_array(RESET_COUNT, shape=(0, n_worlds), chunks=(INDEX_ROWS, shard_worlds), dtype="int64",
                       dimension_names=("chunk", "world"), compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
 
 
@@ -66,9 +66,9 @@ def check_index_array(arr: Any, manifest: Any, n_frames: int) -> None:
 class IndexWriter:
     """The writer's side: one row per chunk of frames, written with that chunk (before its commit)."""
 
-    def __init__(self, root: zarr.Group, manifest: Any, n_frames: int):
+    def __init__(self, root: zarr.Group, manifest: Any, n_frames: int, created: zarr.Array | None = None):
         try:
-            arr = root[RESET_COUNT]
+            arr = root[RESET_COUNT] if created is None else created
             check_index_array(arr, manifest, n_frames)
         except MjArchiveError:
             raise

@@ -26,6 +26,7 @@ from .format import (
     COMMIT_KEY,
     FORMAT_VERSION,
     MAX_UNCOMMITTED_CHUNKS,
+    RESET_COUNT,
     ROOT_ATTR,
     check_array,
     quantize,
@@ -95,12 +96,13 @@ def _small_page_array(shape: tuple[int, ...], dtype: np.dtype, populate: bool = 
 class _Arrays:
     """The Zarr arrays of one archive and the per-frame shape of each."""
 
-    def __init__(self, root: zarr.Group, manifest: Manifest):
+    def __init__(self, root: zarr.Group, manifest: Manifest, created: dict[str, zarr.Array]):
         self.root = root
         self.names = ["time", *manifest.per_frame_arrays()]
         # Write every chunk, even one equal to the fill value, so that a missing chunk always means
         # damage (verify() checks for them) rather than "all zeros / no resets".
-        self.arrays = {name: root[name].with_config({"write_empty_chunks": True}) for name in self.names}
+        self.arrays = {name: (created[name] if name in created else root[name]).with_config({"write_empty_chunks": True})
+                       for name in self.names}
         # Whole-chunk writes bypass zarr-python's per-inner-chunk cost for sharded arrays and its
         # per-write cost for the others (the same bytes).
         self.shard_writers: dict[str, ShardWriter] = {}
@@ -169,7 +171,8 @@ class ArchiveWriter:
     def __init__(self, root: zarr.Group, manifest: Manifest, n_frames: int, *, location: Any,
                  check_finite: bool = True, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  n_events: dict[str, int] | None = None, model: mujoco.MjModel | None = None,
-                 root_status: str = "live", lease: WriterLease | None = None):
+                 root_status: str = "live", lease: WriterLease | None = None,
+                 created: dict[str, zarr.Array] | None = None):
         self.location = location
         self.part: str | None = None  # the part of a multi-part archive this writer appends to
         self._lease = lease  # held until close(): renewed before each write cycle, checked before each commit
@@ -181,7 +184,7 @@ class ArchiveWriter:
         self._root_status = root_status
         self._model = model  # for checking variant ids against the model (compiled on demand after resume)
         try:
-            self._arrays = _Arrays(root, manifest)
+            self._arrays = _Arrays(root, manifest, created or {})
         except MjArchiveError:
             raise
         except KeyError as exc:
@@ -215,7 +218,8 @@ class ArchiveWriter:
         except Exception as exc:  # zarr refuses malformed metadata with its own exceptions
             raise FormatError(f"the archive's variant event arrays have unreadable metadata: {exc!r}") from exc
         self._variants.check_resumed()
-        self._index = IndexWriter(root, manifest, n_frames) if has_index(manifest) else None
+        created = created or {}
+        self._index = IndexWriter(root, manifest, n_frames, created.get(RESET_COUNT)) if has_index(manifest) else None
         # Chunk buffers: the caller copies frames straight into the one it fills; a full one goes to the
         # background thread and comes back once stored. Reusing them keeps appends off fresh memory.
         chunk_bytes = cf * sum(max(1, math.prod(s)) * d.itemsize for s, d in self._frame_shapes.values())
@@ -746,16 +750,16 @@ def create(location: Any, model: Any, *, world_ids: Any = None, n_worlds: int | 
         if part is None:
             if overwrite:  # again, under the lease: parts may have begun since
                 refuse_replacing_parts(location, store)
-            root = build_archive(location, store, bundle, manifest, overwrite=overwrite)
+            root, created = build_archive(location, store, bundle, manifest, overwrite=overwrite)
         else:
             # (asked of another view of the folder: this store must not learn the old part's frame count)
             if root_store.sub(part_prefix(part)).read_json_now("zarr.json") is not None and not overwrite:
                 raise ArchiveExistsError(f"{where} exists; append to it with mjarchive.open(location, mode='a', "
                                          f"part={part!r}), or pass overwrite=True to replace that part")
             # The lease is ours and the part has no document, or is to be replaced: what is there is ours.
-            root = build_archive(location, store, None, manifest, overwrite=True)
+            root, created = build_archive(location, store, None, manifest, overwrite=True)
         writer = ArchiveWriter(root, manifest, 0, location=location, check_finite=check_finite,
-                               max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease)
+                               max_pending_bytes=max_pending_bytes, model=mj_model, lease=lease, created=created)
         writer.part = part
         return writer
     except BaseException:
