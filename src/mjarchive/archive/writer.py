@@ -122,14 +122,20 @@ class _Arrays:
 
     def resize(self, n: int) -> None:
         """Every array to `n` frames, in one trip to zarr's event loop (one after another, with zarr deleting
-        every chunk key beyond `n` when trimming, that took 4 ms per array). Chunks beyond `n` can exist only
-        within the frames the arrays declared when opened (a previous writer's), never this writer's own:
-        it stores only frames it commits, and trims to all it committed."""
+        every chunk key beyond `n` when trimming, that took 4 ms per array). Chunks are deleted only within the
+        frames the arrays declared when opened, where a previous writer may have left some: this writer stores
+        only frames it commits and trims to all it committed. (A writer whose lease was taken over may finish
+        one more write cycle beyond its declared frames: its chunks, never read, are overwritten later.)
+        Every resize has ended when this returns, also when one failed: nothing writes after close()."""
         changing = [a.async_array for a in self.arrays.values() if a.shape[0] != n]
         delete = n < self.opened_frames
 
         async def resize_all() -> None:
-            await asyncio.gather(*(a.resize((n, *a.shape[1:]), delete_outside_chunks=delete) for a in changing))
+            done = await asyncio.gather(*(a.resize((n, *a.shape[1:]), delete_outside_chunks=delete) for a in changing),
+                                        return_exceptions=True)
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result
 
         if changing:
             sync(resize_all())
