@@ -122,9 +122,10 @@ def test_archive_in_the_0_1_pipeline_reads_and_appends(tmp_path, monkeypatch):
         itemsize = np.dtype(dtype).itemsize
         t = tuple(max(1, n) for n in tail)
         return root.create_array(name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *t),
-                          shards=(chunk_frames, shard_worlds, *t), dtype=dtype, dimension_names=("frame", "world", *dims), fill_value=0,
-                          compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, typesize=itemsize,
-                                                             shuffle="bitshuffle" if itemsize > 1 else "noshuffle"))
+                                 shards=(chunk_frames, shard_worlds, *t), dtype=dtype,
+                                 dimension_names=("frame", "world", *dims), fill_value=0,
+                                 compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, typesize=itemsize,
+                                                                    shuffle="bitshuffle" if itemsize > 1 else "noshuffle"))
 
     bundle = ModelBundle.from_xml(hinge_chain_xml(3))
     nq = bundle.compile().nq

@@ -35,7 +35,7 @@ def has_index(manifest: Any) -> bool:
 
 def create_index_array(root: zarr.Group, n_worlds: int, shard_worlds: int) -> zarr.Array:
     return root.create_array(RESET_COUNT, shape=(0, n_worlds), chunks=(INDEX_ROWS, shard_worlds), dtype="int64",
-                      dimension_names=("chunk", "world"), compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
+                             dimension_names=("chunk", "world"), compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
 
 
 def check_index_array(arr: Any, manifest: Any, n_frames: int) -> None:

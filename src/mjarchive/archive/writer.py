@@ -179,6 +179,7 @@ class ArchiveWriter:
                  n_events: dict[str, int] | None = None, model: mujoco.MjModel | None = None,
                  root_status: str = "live", lease: WriterLease | None = None,
                  created: dict[str, zarr.Array] | None = None):
+        created = created or {}  # the arrays create() just made, by name: not opened again
         self.location = location
         self.part: str | None = None  # the part of a multi-part archive this writer appends to
         self._lease = lease  # held until close(): renewed before each write cycle, checked before each commit
@@ -190,7 +191,7 @@ class ArchiveWriter:
         self._root_status = root_status
         self._model = model  # for checking variant ids against the model (compiled on demand after resume)
         try:
-            self._arrays = _Arrays(root, manifest, created or {})
+            self._arrays = _Arrays(root, manifest, created)
         except MjArchiveError:
             raise
         except KeyError as exc:
@@ -224,7 +225,6 @@ class ArchiveWriter:
         except Exception as exc:  # zarr refuses malformed metadata with its own exceptions
             raise FormatError(f"the archive's variant event arrays have unreadable metadata: {exc!r}") from exc
         self._variants.check_resumed()
-        created = created or {}
         self._index = IndexWriter(root, manifest, n_frames, created.get(RESET_COUNT)) if has_index(manifest) else None
         # Chunk buffers: the caller copies frames straight into the one it fills; a full one goes to the
         # background thread and comes back once stored. Reusing them keeps appends off fresh memory.
