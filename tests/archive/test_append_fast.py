@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import threading
 import time
 
@@ -199,8 +200,8 @@ def test_next_chunk_compresses_while_the_last_is_still_being_stored(tmp_path, mo
 
 
 def test_second_buffer_is_made_ahead_and_no_more_than_needed(tmp_path, monkeypatch):
-    """The background thread makes the second chunk buffer while the caller fills the first; further ones
-    only when the caller finds none free (max_pending_bytes allows hundreds here)."""
+    """The background thread has the second chunk buffer made while the caller fills the first; further
+    ones are made only when the caller finds none free (max_pending_bytes allows hundreds here)."""
     entered, release = _hold_first_chunk(monkeypatch)
     writer = _writer(tmp_path / "a.mjarchive")
     try:
@@ -263,13 +264,41 @@ def test_second_buffer_is_made_while_the_first_block_is_copied(tmp_path, monkeyp
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
 
 
+def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_path, monkeypatch):
+    """Making the second buffer (putting its pages in place: ~20 ms for 1024 humanoid worlds) holds up
+    neither the chunk filled meanwhile nor its commit."""
+    new_buffer, making, finish = ArchiveWriter._new_buffer, threading.Event(), threading.Event()
+
+    def slow_second_buffer(self, populate=False):
+        if populate:
+            making.set()
+            assert finish.wait(60)
+        return new_buffer(self, populate)
+
+    monkeypatch.setattr(ArchiveWriter, "_new_buffer", slow_second_buffer)
+    chunks = [_chunk(k) for k in range(2)]
+    with _writer(tmp_path / "a.mjarchive") as writer:
+        try:
+            writer.append(*chunks[0])
+            assert making.wait(30)
+            deadline = time.monotonic() + 30
+            while writer.n_committed < 8 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert writer.n_committed == 8 and writer._spare_pending
+        finally:
+            finish.set()
+        writer.append(*chunks[1])
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
+
+
 def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
     """The second buffer, made ahead, fails slowly while the caller needs it and only two may exist
     (max_pending_bytes=1): the caller waits for that, then makes its own."""
     new_buffer = ArchiveWriter._new_buffer
 
     def no_memory_on_the_writer_thread(self, populate=False):
-        if threading.current_thread().name == "mjarchive-writer":
+        if threading.current_thread().name == "mjarchive-spare":  # the thread the writer's starts for it
             time.sleep(0.5)
             raise mjarchive.MjArchiveError("a chunk buffer does not fit in memory")
         return new_buffer(self, populate)
@@ -302,19 +331,40 @@ def test_the_buffer_made_ahead_has_its_pages_in_place():
     if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
         pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
 
-    def resident_kib(array) -> int:
-        start = array.__array_interface__["data"][0]
-        with open("/proc/self/smaps") as smaps:
-            lines = smaps.read().splitlines()
-        for i, line in enumerate(lines):
-            fields = line.split()
-            if "-" in fields[0] and int(fields[0].split("-")[0], 16) == start:
-                return next(int(l.split()[1]) for l in lines[i + 1:] if l.startswith("Rss:"))
-        raise AssertionError("mapping not found")
-
     shape, dtype = (1024, 1024, 4), np.dtype("float32")  # 16 MiB, never touched
-    assert resident_kib(writer_module._small_page_array(shape, dtype, populate=True)) >= 16 * 1024
-    assert resident_kib(writer_module._small_page_array(shape, dtype)) < 1024
+    assert _resident_kib(writer_module._small_page_array(shape, dtype, populate=True)) >= 16 * 1024
+    assert _resident_kib(writer_module._small_page_array(shape, dtype)) < 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
+def test_create_puts_the_first_buffers_pages_in_place_while_it_builds(tmp_path):
+    # The first chunk's appends copy into pages already there: create() populates them on a short-lived
+    # thread while it writes the archive's metadata.
+    if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+    with mjarchive.create(tmp_path / "a.mjarchive", mjarchive.ModelBundle.from_xml(hinge_chain_xml(8)), n_worlds=512, chunk_frames=512) as writer:
+        qpos = writer._buffer["qpos"]
+        assert qpos.nbytes >= 4 << 20  # a buffer in its own mapping (smaller ones are numpy's)
+        for thread in threading.enumerate():
+            if thread.name == "mjarchive-populate":
+                thread.join(timeout=30)
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        qpos[...] = 1.0  # what the first chunk's appends do; first touches would fault once per 4 KiB page
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        assert faults < qpos.nbytes // 4096 // 10, faults
+        assert writer.n_frames == 0
+
+
+def _resident_kib(array) -> int:
+    """Resident KiB of the mapping that starts at `array`'s first byte."""
+    start = array.__array_interface__["data"][0]
+    with open("/proc/self/smaps") as smaps:
+        lines = smaps.read().splitlines()
+    for i, line in enumerate(lines):
+        fields = line.split()
+        if "-" in fields[0] and int(fields[0].split("-")[0], 16) == start:
+            return next(int(l.split()[1]) for l in lines[i + 1:] if l.startswith("Rss:"))
+    raise AssertionError("mapping not found")
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
