@@ -292,18 +292,45 @@ def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
 
 
+def test_close_lets_go_of_the_chunk_buffers_even_one_still_being_made(tmp_path, monkeypatch):
+    new_buffer, making, finish = ArchiveWriter._new_buffer, threading.Event(), threading.Event()
+
+    def slow_second_buffer(self, populate=False):
+        if populate:
+            making.set()
+            assert finish.wait(60)
+        return new_buffer(self, populate)
+
+    monkeypatch.setattr(ArchiveWriter, "_new_buffer", slow_second_buffer)
+    times, qpos = _chunk(0)
+    writer = _writer(tmp_path / "a.mjarchive")
+    try:
+        writer.append(times[:3], qpos[:3])
+        assert making.wait(30)
+        writer.close()
+        assert writer._buffer is None and not writer._free_buffers
+    finally:
+        finish.set()
+    for thread in threading.enumerate():
+        if thread.name == "mjarchive-spare":
+            thread.join(30)
+    assert not writer._free_buffers and not writer._spare_pending  # made after close(): dropped
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        np.testing.assert_array_equal(archive.select().qpos, qpos[:3])
+
+
 def test_no_memory_for_the_second_buffer_ahead_is_not_an_error(tmp_path, monkeypatch):
     """The second buffer, made ahead, fails slowly while the caller needs it and only two may exist
     (max_pending_bytes=1): the caller waits for that, then makes its own."""
     new_buffer = ArchiveWriter._new_buffer
 
-    def no_memory_on_the_writer_thread(self, populate=False):
-        if threading.current_thread().name == "mjarchive-spare":  # the thread the writer's starts for it
+    def no_memory_for_the_spare(self, populate=False):
+        if threading.current_thread().name == "mjarchive-spare":  # started by the writer's thread to make it
             time.sleep(0.5)
             raise mjarchive.MjArchiveError("a chunk buffer does not fit in memory")
         return new_buffer(self, populate)
 
-    monkeypatch.setattr(ArchiveWriter, "_new_buffer", no_memory_on_the_writer_thread)
+    monkeypatch.setattr(ArchiveWriter, "_new_buffer", no_memory_for_the_spare)
     chunks = [_chunk(k) for k in range(3)]
     with _writer(tmp_path / "a.mjarchive", max_pending_bytes=1) as writer:
         assert writer._max_buffers == 2
@@ -337,7 +364,7 @@ def test_the_buffer_made_ahead_has_its_pages_in_place():
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux only")
-def test_create_puts_the_first_buffers_pages_in_place_while_it_builds(tmp_path):
+def test_create_puts_the_first_buffers_pages_in_place(tmp_path):
     # The first chunk's appends copy into pages already there: create() populates them on a short-lived
     # thread while it writes the archive's metadata.
     if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
