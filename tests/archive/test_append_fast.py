@@ -264,9 +264,8 @@ def test_second_buffer_is_made_while_the_first_block_is_copied(tmp_path, monkeyp
         np.testing.assert_array_equal(archive.select().qpos, np.concatenate([q for _, q in chunks]))
 
 
-def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_path, monkeypatch):
-    """Making the second buffer (putting its pages in place: ~20 ms for 1024 humanoid worlds) holds up
-    neither the chunk filled meanwhile nor its commit."""
+def _hold_second_buffer(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make the second chunk buffer (made ahead, with its pages in place) wait: (making, finish) events."""
     new_buffer, making, finish = ArchiveWriter._new_buffer, threading.Event(), threading.Event()
 
     def slow_second_buffer(self, populate=False):
@@ -276,6 +275,13 @@ def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_
         return new_buffer(self, populate)
 
     monkeypatch.setattr(ArchiveWriter, "_new_buffer", slow_second_buffer)
+    return making, finish
+
+
+def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_path, monkeypatch):
+    """Making the second buffer (putting its pages in place: ~20 ms for 1024 humanoid worlds) holds up
+    neither the chunk filled meanwhile nor its commit."""
+    making, finish = _hold_second_buffer(monkeypatch)
     chunks = [_chunk(k) for k in range(2)]
     with _writer(tmp_path / "a.mjarchive") as writer:
         try:
@@ -293,15 +299,7 @@ def test_a_full_chunk_is_stored_while_the_second_buffer_is_still_being_made(tmp_
 
 
 def test_close_lets_go_of_the_chunk_buffers_even_one_still_being_made(tmp_path, monkeypatch):
-    new_buffer, making, finish = ArchiveWriter._new_buffer, threading.Event(), threading.Event()
-
-    def slow_second_buffer(self, populate=False):
-        if populate:
-            making.set()
-            assert finish.wait(60)
-        return new_buffer(self, populate)
-
-    monkeypatch.setattr(ArchiveWriter, "_new_buffer", slow_second_buffer)
+    making, finish = _hold_second_buffer(monkeypatch)
     times, qpos = _chunk(0)
     writer = _writer(tmp_path / "a.mjarchive")
     try:
