@@ -663,11 +663,10 @@ class ArchiveWriter:
 
     def _spare_wanted(self) -> bool:
         """Whether to make the second buffer now: frames are being appended into the first (from the
-        moment the first block is being copied). Made ahead, with its pages in place, it is usually ready
-        when that one is full: the caller does not wait for its pages, nor for it to be made while the
-        first chunk compresses (a third thread on the cores then: up to 0.7 s between a whole-chunk block
-        and the next, measured here). (Any further buffer is made only when the caller finds none free:
-        compression lags behind.)"""
+        moment the first block is being copied). Made ahead, on a thread of its own and with its pages in
+        place, it is usually ready when that one is full, and the caller does not wait for its pages; the
+        background thread meanwhile goes on handing full chunks to the pool. (Any further buffer is made
+        only when the caller finds none free: compression lags behind.)"""
         return self._n_buffers == 1 and self._spare_due and not (self._spare_failed or self._closed)
 
     def _add_spare_buffer(self) -> None:
