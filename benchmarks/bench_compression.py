@@ -227,17 +227,17 @@ CANDIDATES = [
 
 def use(candidate: Candidate):
     """Make mjarchive.create write its per-frame arrays with `candidate`'s codecs (benchmark only)."""
-    def create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> zarr.Array:
+    def frame_world_array(W, tail, dims, dtype, chunk_frames, shard_worlds) -> dict:
         tail_chunks = tuple(max(1, t) for t in tail)
         itemsize = np.dtype(dtype).itemsize
         # Only float arrays (qpos here) take the candidate; reset flags keep mjarchive 0.1's codecs.
         kw = (candidate if np.dtype(dtype).kind == "f" else TODAY).codecs(2 + len(tail), itemsize)
         if itemsize == 1:
             kw["compressors"] = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="noshuffle", typesize=1)
-        return root.create_array(name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks),
-                                 shards=(chunk_frames, shard_worlds, *tail_chunks), dtype=dtype,
-                                 dimension_names=("frame", "world", *dims), fill_value=0, **kw)
-    creation_module._create_frame_world_array = create_frame_world_array
+        return dict(shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks),
+                    shards=(chunk_frames, shard_worlds, *tail_chunks), dtype=dtype,
+                    dimension_names=("frame", "world", *dims), fill_value=0, **kw)
+    creation_module._frame_world_array = frame_world_array
     if not candidate.tensorstore:  # not in the spec: the writer's own store checks refuse it unless told
         allow_pcodec()
 

@@ -8,6 +8,7 @@ import os
 import resource
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import mjarchive
 import mjarchive.archive.storage.local as local
 import mjarchive.archive.writer as writer_module
 
-from mjarchive.archive.creation import _create_frame_world_array
+from mjarchive.archive.creation import _frame_world_array
 from mjarchive.archive.storage.locations import make_store
 from mjarchive.archive.storage.shard_writer import ShardWriter
 from mjarchive.archive.writer import ArchiveWriter
@@ -29,7 +30,7 @@ def _pair(path, W: int, tail: tuple[int, ...], cf: int, sw: int, frames: int) ->
     root = zarr.open_group(zarr.storage.LocalStore(path), mode="w", zarr_format=3)
     arrays = []
     for which in ("fast", "zarr"):
-        _create_frame_world_array(root, which, W, tail, tuple(f"d{i}" for i in range(len(tail))), "float32", cf, sw)
+        root.create_array(which, **_frame_world_array(W, tail, tuple(f"d{i}" for i in range(len(tail))), "float32", cf, sw))
         arrays.append(root[which].with_config({"write_empty_chunks": True}))
         arrays[-1].resize((frames, W, *tail))
     return arrays
@@ -434,3 +435,43 @@ def test_populating_a_buffer_lets_other_threads_run():
     tries = [longest_stall() for _ in range(3)]
     assert all(seconds > 0.005 for _, seconds in tries), tries
     assert any(stall < seconds / 4 for stall, seconds in tries), tries
+
+
+def test_populating_goes_a_piece_at_a_time(monkeypatch):
+    # The kernel holds the process's memory map lock through each populating call: a whole chunk buffer
+    # at once kept every other thread's mmap and page faults waiting ~20 ms. Each call covers one piece.
+    if writer_module._madvise is None:
+        pytest.skip("libc's madvise is not reachable through ctypes here")
+    calls, madvise = [], writer_module._madvise
+
+    def recording_madvise(address, length, advice):
+        calls.append((address, length, advice))
+        return madvise(address, length, advice)
+
+    monkeypatch.setattr(writer_module, "_madvise", recording_madvise)
+    array = writer_module._small_page_array((5 << 20,), np.dtype("float32"), populate=True)  # 20 MiB
+    start = array.__array_interface__["data"][0]
+    populating = [(a, n) for a, n, advice in calls if advice == writer_module._MADV_POPULATE_WRITE]
+    assert len(populating) == array.nbytes // writer_module._POPULATE_PIECE
+    assert all(n <= writer_module._POPULATE_PIECE for _, n in populating)
+    ends = [start] + [a + n for a, n in populating]
+    assert [a for a, _ in populating] == ends[:-1] and ends[-1] == start + array.nbytes  # the whole of it, in order
+    assert [(a, n) for a, n, advice in calls if advice != writer_module._MADV_POPULATE_WRITE] == [(start, array.nbytes)]
+
+
+def test_close_unmaps_the_chunk_buffers_on_a_thread_of_its_own(tmp_path):
+    # Unmapping ~60 MB of pages takes milliseconds that close() need not wait for.
+    freed_on = []
+    with mjarchive.create(tmp_path / "a.mjarchive", mjarchive.ModelBundle.from_xml(hinge_chain_xml(8)),
+                          n_worlds=512, chunk_frames=512) as writer:
+        mapping = writer_module._mapping_of(writer._buffer["qpos"])
+        assert mapping is not None  # a buffer in its own mapping (smaller ones are numpy's)
+        weakref.finalize(mapping, lambda: freed_on.append(threading.current_thread().name))
+        del mapping
+        writer.append(np.array([0.01]), np.zeros((1, 512, writer._buffer["qpos"].shape[2]), np.float32))
+    for thread in threading.enumerate():
+        if thread.name == "mjarchive-release":
+            thread.join(timeout=30)
+    assert freed_on == ["mjarchive-release"]
+    with mjarchive.open(tmp_path / "a.mjarchive") as archive:
+        assert archive.n_frames == 1

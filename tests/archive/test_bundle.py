@@ -398,9 +398,10 @@ def test_to_zarr_writes_what_zarr_writes(mug_xml, tmp_path):
     bundle = ModelBundle.from_file(mug_xml)
     bundle.to_zarr(zarr.open_group(tmp_path / "batched.zarr", mode="w"))
     plain = zarr.open_group(tmp_path / "plain.zarr", mode="w").create_group("model")
-    for i, data in enumerate(bundle.assets.values()):
-        _write_member(plain, f"asset_{i:05d}", data)
-    for i in range(len(bundle.assets)):
+    members = {"xml": bundle.xml.encode(), **{f"asset_{i:05d}": d for i, d in enumerate(bundle.assets.values())}}
+    for key, data in members.items():
+        _write_member(plain, key, data)
+    for key in members:
         for file in ("zarr.json", "c/0"):
-            got = tmp_path / "batched.zarr" / "model" / f"asset_{i:05d}" / file
-            assert got.read_bytes() == (tmp_path / "plain.zarr" / "model" / f"asset_{i:05d}" / file).read_bytes()
+            got = tmp_path / "batched.zarr" / "model" / key / file
+            assert got.read_bytes() == (tmp_path / "plain.zarr" / "model" / key / file).read_bytes()

@@ -118,20 +118,19 @@ def test_archive_in_the_0_1_pipeline_reads_and_appends(tmp_path, monkeypatch):
     """Archives written with 0.1's bitshuffle, frame-major chunks keep reading and appending."""
     from mjarchive.archive import creation
 
-    def old_pipeline(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds):
+    def old_pipeline(W, tail, dims, dtype, chunk_frames, shard_worlds):
         itemsize = np.dtype(dtype).itemsize
         t = tuple(max(1, n) for n in tail)
-        return root.create_array(name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *t),
-                                 shards=(chunk_frames, shard_worlds, *t), dtype=dtype,
-                                 dimension_names=("frame", "world", *dims), fill_value=0,
-                                 compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, typesize=itemsize,
-                                                                    shuffle="bitshuffle" if itemsize > 1 else "noshuffle"))
+        return dict(shape=(0, W, *tail), chunks=(chunk_frames, 1, *t), shards=(chunk_frames, shard_worlds, *t),
+                    dtype=dtype, dimension_names=("frame", "world", *dims), fill_value=0,
+                    compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, typesize=itemsize,
+                                                       shuffle="bitshuffle" if itemsize > 1 else "noshuffle"))
 
     bundle = ModelBundle.from_xml(hinge_chain_xml(3))
     nq = bundle.compile().nq
     qpos = np.cumsum(np.random.default_rng(1).normal(0, 0.01, (12, 2, nq)), axis=0).astype(np.float32)
     with monkeypatch.context() as m:
-        m.setattr(creation, "_create_frame_world_array", old_pipeline)
+        m.setattr(creation, "_frame_world_array", old_pipeline)
         with mjarchive.create(tmp_path / "a", bundle, n_worlds=2, chunk_frames=4) as w:
             w.append(np.arange(8) * 0.01, qpos[:8])
     with mjarchive.open(tmp_path / "a", mode="a") as w:

@@ -21,7 +21,7 @@ from mjarchive import ModelBundle
 from mjarchive.archive.storage.chunk_writer import ChunkWriter
 from mjarchive.archive.storage import shard_writer
 from mjarchive.archive.storage.shard_writer import ShardWriter, _DirectBlosc
-from mjarchive.archive.creation import _create_frame_world_array
+from mjarchive.archive.creation import _frame_world_array
 from mjarchive.testing import hinge_chain_xml
 
 
@@ -54,7 +54,7 @@ def pair(tmp_path: Path, name: str, W: int, tail: tuple[int, ...], dtype: str, c
     dims = tuple(f"d{i}" for i in range(len(tail)))
     arrays = []
     for which in ("fast", "zarr"):
-        _create_frame_world_array(root, which, W, tail, dims, dtype, cf, min(sw, W))
+        root.create_array(which, **_frame_world_array(W, tail, dims, dtype, cf, min(sw, W)))
         a = root[which].with_config({"write_empty_chunks": True})
         a.resize((frames, W, *tail))
         arrays.append(a)
@@ -382,12 +382,13 @@ def test_archive_through_fast_path_matches_zarr_writes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ChunkWriter, "write", counted_write)
     data = _record(tmp_path / "fast.zarr", 19, bundle, 0)
-    # Whole chunks of time (4 of 19 frames); the index's block at each write (partial chunks of frames too).
-    assert written.count("time") == 4 and written.count("reset_count") == 6
+    # Whole chunks of time (4 of 19 frames); the index's block at each write (partial chunks of frames too);
+    # world_id's one chunk when the archive is created.
+    assert written.count("time") == 4 and written.count("reset_count") == 6 and written.count("world_id") == 1
     monkeypatch.setenv("MJARCHIVE_ZARR_WRITES", "1")
     _record(tmp_path / "zarr.zarr", 19, bundle, 0)
     monkeypatch.delenv("MJARCHIVE_ZARR_WRITES")
-    for name in [*data, "time", "reset_count"]:  # the last two: ChunkWriter's, unsharded (an edge column)
+    for name in [*data, "time", "reset_count", "world_id"]:  # the last three: ChunkWriter's, unsharded (an edge column)
         fast_files = {p.relative_to(tmp_path / "fast.zarr"): p.read_bytes()
                       for p in (tmp_path / "fast.zarr" / name).rglob("c/**/*") if p.is_file()}
         zarr_files = {p.relative_to(tmp_path / "zarr.zarr"): p.read_bytes()

@@ -3,6 +3,7 @@ chunking, sharding) and root attributes written on disk, ready for the writer to
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import json
@@ -14,10 +15,11 @@ import mujoco
 import numpy as np
 import zarr
 import zarr.codecs
+from zarr.core.sync import sync
 
 from .bundle.model_bundle import ModelBundle, QposLayout
 from .._errors import FormatError, MjArchiveError
-from .episode_index import INDEX_ROWS, create_index_array, has_index
+from .episode_index import INDEX_ROWS, has_index, index_array_spec
 from .format import (
     FORMAT_VERSION,
     MAX_CHUNK_BYTES,
@@ -36,7 +38,9 @@ from .format import (
 from .events import create_event_arrays, variant_specs
 from .manifest import Manifest, TrackSpec
 from .overlays import overlay_specs
+from .storage.chunk_writer import ChunkWriter
 from .storage.locations import create_root
+from .storage.shard_writer import enabled as enabled_fast_writes
 
 __all__ = ["as_bundle", "plan_archive", "build_archive", "write_root"]
 
@@ -129,22 +133,21 @@ def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifes
     root = create_root(location, store, overwrite=overwrite)
     if bundle is not None:  # a part of a multi-part archive shares the root's bundle
         bundle.to_zarr(root)
-    # write_empty_chunks: world_ids == [0] equals the fill value and would otherwise not be stored.
-    wid = root.create_array("world_id", shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
-                            compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
-                            config={"write_empty_chunks": True})
-    wid[:] = np.asarray(world_ids, dtype=np.int64)
-    arrays = {"time": root.create_array("time", shape=(0,), chunks=(chunk_frames,), dtype="float64",
-                                        dimension_names=("frame",), compressors=zarr.codecs.ZstdCodec(level=3),
-                                        fill_value=0.0)}
     for group in ("overlays", *(f"overlays/{n}" for n in overlay_decls)) if overlay_decls else ():
         root.create_group(group)
+    # write_empty_chunks: world_ids == [0] equals the fill value and would otherwise not be stored.
+    specs = {"world_id": dict(shape=(W,), chunks=(W,), dtype="int64", dimension_names=("world",),
+                              compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0,
+                              config={"write_empty_chunks": True}),
+             "time": dict(shape=(0,), chunks=(chunk_frames,), dtype="float64", dimension_names=("frame",),
+                          compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0.0)}
     for name, (tail, dt) in manifest.per_frame_arrays().items():
-        arrays[name] = _create_frame_world_array(root, name, W, tail, _dimension_names(name, tail), dt, chunk_frames,
-                                                 shard_worlds)
-    create_event_arrays(root, manifest)
+        specs[name] = _frame_world_array(W, tail, _dimension_names(name, tail), dt, chunk_frames, shard_worlds)
     if has_index(manifest):
-        arrays[RESET_COUNT] = create_index_array(root, W, shard_worlds)
+        specs[RESET_COUNT] = index_array_spec(W, shard_worlds)
+    arrays = _create_arrays(root, specs)
+    _write_whole(arrays.pop("world_id"), np.asarray(world_ids, dtype=np.int64))
+    create_event_arrays(root, manifest)
     write_root(root, manifest.to_dict(0, "live"))
     return root, arrays
 
@@ -174,8 +177,9 @@ def _fit_shard_worlds(shard_worlds: int, chunk_frames: int, per_frame: dict[str,
     return max(1, min(shard_worlds, MAX_CHUNK_BYTES // per_world, MAX_DECODED_CHUNK_BYTES // (INDEX_ROWS * 8)))
 
 
-def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, shard_worlds) -> zarr.Array:
-    """A (frame, world, ...) array: inner chunks hold one world, shards group worlds, never time."""
+def _frame_world_array(W, tail, dims, dtype, chunk_frames, shard_worlds) -> dict[str, Any]:
+    """`create_array`'s arguments for a (frame, world, ...) array: inner chunks hold one world, shards
+    group worlds, never time."""
     itemsize = np.dtype(dtype).itemsize
     # Zarr chunk extents must be >= 1: a zero-length trailing axis (qpos of a model with nq = 0)
     # gets extent 1 (spec: "Zero-length axes"); such an array has no chunks at all.
@@ -187,10 +191,31 @@ def _create_frame_world_array(root, name, W, tail, dims, dtype, chunk_frames, sh
     filters = [zarr.codecs.TransposeCodec(order=(*range(1, 2 + len(tail)), 0))] if tail and itemsize > 1 else None
     compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=2, shuffle="shuffle" if itemsize > 1 else "noshuffle",
                                         typesize=itemsize)
-    return root.create_array(
-        name, shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks), shards=(chunk_frames, shard_worlds, *tail_chunks),
-        dtype=dtype, filters=filters, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0,
-    )
+    return dict(shape=(0, W, *tail), chunks=(chunk_frames, 1, *tail_chunks), shards=(chunk_frames, shard_worlds, *tail_chunks),
+                dtype=dtype, filters=filters, compressors=compressor, dimension_names=("frame", "world", *dims), fill_value=0)
+
+
+def _create_arrays(root: zarr.Group, specs: dict[str, dict[str, Any]]) -> dict[str, zarr.Array]:
+    """The arrays `name -> create_array's arguments` under `root`, created in one trip to zarr's event
+    loop (through `Group.create_array`, each is a trip of its own, a hand-off between threads). All are
+    waited for before a failure is raised: nothing is written after create() gives up."""
+    async def create_all() -> list:
+        return await asyncio.gather(*(root._async_group.create_array(name, **kwargs) for name, kwargs in specs.items()),
+                                    return_exceptions=True)
+
+    created = sync(create_all())
+    for result in created:
+        if isinstance(result, BaseException):
+            raise result
+    return {name: zarr.Array(array) for name, array in zip(specs, created)}
+
+
+def _write_whole(array: zarr.Array, data: np.ndarray) -> None:
+    """`array[:] = data` for an array of one chunk, encoded here as zarr would (`ChunkWriter`), without
+    a trip through zarr-python's event loop and codec pipeline (~4 ms)."""
+    direct = ChunkWriter.for_array(array) if enabled_fast_writes() else None
+    if direct is None or not direct.write(0, data):
+        array[:] = data
 
 
 def write_root(root: zarr.Group, attrs: dict) -> None:

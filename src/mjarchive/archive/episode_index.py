@@ -19,7 +19,7 @@ from .format import MAX_UNCOMMITTED_CHUNKS, RESET_COUNT, check_array, codec_name
 from .storage.chunk_writer import ChunkWriter
 from .storage.shard_writer import enabled as enabled_fast_writes
 
-__all__ = ["INDEX_ROWS", "EpisodeIndex", "IndexWriter", "check_episode_range", "check_index_array", "checked_rows", "create_index_array",
+__all__ = ["INDEX_ROWS", "EpisodeIndex", "IndexWriter", "check_episode_range", "check_index_array", "checked_rows", "index_array_spec",
            "has_index"]
 
 INDEX_ROWS = 64  # rows (chunks of frames) per stored chunk of the index
@@ -33,9 +33,10 @@ def has_index(manifest: Any) -> bool:
     return version_at_least(manifest.format_version, (1, 3))
 
 
-def create_index_array(root: zarr.Group, n_worlds: int, shard_worlds: int) -> zarr.Array:
-    return root.create_array(RESET_COUNT, shape=(0, n_worlds), chunks=(INDEX_ROWS, shard_worlds), dtype="int64",
-                             dimension_names=("chunk", "world"), compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
+def index_array_spec(n_worlds: int, shard_worlds: int) -> dict[str, Any]:
+    """`create_array`'s arguments for the episode index of `n_worlds` worlds."""
+    return dict(shape=(0, n_worlds), chunks=(INDEX_ROWS, shard_worlds), dtype="int64", dimension_names=("chunk", "world"),
+                compressors=zarr.codecs.ZstdCodec(level=3), fill_value=0)
 
 
 def check_index_array(arr: Any, manifest: Any, n_frames: int) -> None:
