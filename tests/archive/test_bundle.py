@@ -405,3 +405,24 @@ def test_to_zarr_writes_what_zarr_writes(mug_xml, tmp_path):
         for file in ("zarr.json", "c/0"):
             got = tmp_path / "batched.zarr" / "model" / key / file
             assert got.read_bytes() == (tmp_path / "plain.zarr" / "model" / key / file).read_bytes()
+
+
+def test_batched_members_are_the_files_zarr_writes(tmp_path):
+    # Batched: single-chunk members; through zarr: empty ones, those of more than one chunk (8 MiB), and
+    # those of only zero bytes (zarr leaves out a chunk equal to the fill value): the same files either way.
+    from mjarchive.archive.bundle.model_bundle import _MEMBER_CHUNK, _write_member, _write_members
+
+    rng = np.random.default_rng(4)
+    blobs = [("xml", b"<mujoco/>"), ("asset_00000", rng.bytes(_MEMBER_CHUNK)), ("asset_00001", bytes(100)),
+             ("asset_00002", b""), ("asset_00003", rng.bytes(_MEMBER_CHUNK + 5)), ("asset_00004", b"\x01")]
+    _write_members(zarr.open_group(tmp_path / "batched.zarr", mode="w").create_group("model"), blobs)
+    plain = zarr.open_group(tmp_path / "plain.zarr", mode="w").create_group("model")
+    for key, data in blobs:
+        _write_member(plain, key, data)
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in (root / "model").rglob("*") if p.is_file()}
+
+    got, want = files(tmp_path / "batched.zarr"), files(tmp_path / "plain.zarr")
+    assert got.keys() == want.keys() and got == want
+    assert Path("asset_00001/c/0") not in {p.relative_to("model") for p in got}  # zero bytes: no chunk

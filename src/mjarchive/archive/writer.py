@@ -103,11 +103,11 @@ def _advise(array: np.ndarray, advice: int) -> None:
         if _madvise is not None:
             if _madvise(address + start, length, advice):
                 return
-            continue
-        try:
-            pages.madvise(advice, start, length)
-        except OSError:
-            return
+        else:
+            try:
+                pages.madvise(advice, start, length)
+            except OSError:
+                return
 
 
 def _mapping_of(array: np.ndarray) -> mmap.mmap | None:
@@ -154,7 +154,8 @@ def _populate_meanwhile(buffer: dict[str, np.ndarray]) -> None:
 
 def _release_meanwhile(buffers: list[dict[str, np.ndarray]]) -> None:
     """Let go of chunk buffers on a short-lived thread: unmapping their pages (~4 ms for a 60 MB buffer)
-    need not delay close(). The list is emptied there; nothing else may refer to the buffers."""
+    need not delay close(). The list is emptied there, and the pages are unmapped there unless something
+    else still refers to a buffer (then when that lets go)."""
     if buffers:
         try:
             threading.Thread(target=buffers.clear, name="mjarchive-release", daemon=True).start()
@@ -443,7 +444,7 @@ class ArchiveWriter:
                     self._cond.notify_all()
                 self._thread.join()
                 self._settle_cycle()
-                with self._cond:  # the chunk buffers' memory goes back now, not when the writer is collected
+                with self._cond:  # the chunk buffers' memory goes back now (unmapped on a thread), not when the writer is collected
                     buffers = [b for b in (self._buffer, *self._free_buffers) if b is not None]
                     self._buffer, self._free_buffers = None, []
                 _release_meanwhile(buffers)

@@ -454,7 +454,10 @@ def _write_members(group: Any, blobs: list[tuple[str, bytes]]) -> None:
     template = _new_member(group, first_key, len(first_data))
     meta = template.metadata
     expected = (zarr.codecs.BytesCodec(endian=None), zarr.codecs.ZstdCodec(level=3, checksum=False))
-    batch = [(k, d) for k, d in blobs if 0 < len(d) <= _MEMBER_CHUNK] if tuple(meta.codecs) == expected else []
+    # Not batched: a member of only zero bytes (zarr leaves out a chunk equal to the fill value) or of more
+    # than one chunk.
+    batch = ([(k, d) for k, d in blobs if 0 < len(d) <= _MEMBER_CHUNK and d.count(0) != len(d)]
+             if tuple(meta.codecs) == expected else [])
     batched = {k for k, _ in batch}
     if first_key not in batched and first_data:
         template[:] = np.frombuffer(first_data, dtype=np.uint8)
