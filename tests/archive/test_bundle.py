@@ -408,8 +408,9 @@ def test_to_zarr_writes_what_zarr_writes(mug_xml, tmp_path):
 
 
 def test_batched_members_are_the_files_zarr_writes(tmp_path):
-    # Batched: single-chunk members; through zarr: empty ones, those of more than one chunk (8 MiB), and
-    # those of only zero bytes (zarr leaves out a chunk equal to the fill value): the same files either way.
+    # Batched: single-chunk members; through zarr: empty ones and those of more than one chunk (8 MiB). The
+    # same files either way, but for the chunk of a member of only zero bytes: the batch stores it, zarr
+    # leaves it out (equal to the fill value), and a missing chunk would look like damage.
     from mjarchive.archive.bundle.model_bundle import _MEMBER_CHUNK, _write_member, _write_members
 
     rng = np.random.default_rng(4)
@@ -424,5 +425,8 @@ def test_batched_members_are_the_files_zarr_writes(tmp_path):
         return {p.relative_to(root): p.read_bytes() for p in (root / "model").rglob("*") if p.is_file()}
 
     got, want = files(tmp_path / "batched.zarr"), files(tmp_path / "plain.zarr")
-    assert got.keys() == want.keys() and got == want
-    assert Path("asset_00001/c/0") not in {p.relative_to("model") for p in got}  # zero bytes: no chunk
+    zero_chunk = Path("model/asset_00001/c/0")
+    assert zero_chunk not in want and zero_chunk in got
+    assert {k: v for k, v in got.items() if k != zero_chunk} == want
+    group = zarr.open_group(tmp_path / "batched.zarr", mode="r")["model"]
+    assert group["asset_00001"][:].tobytes() == bytes(100)
