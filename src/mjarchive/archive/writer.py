@@ -145,11 +145,8 @@ def _populate_meanwhile(buffer: dict[str, np.ndarray]) -> None:
         for array in big:
             _advise(array, _MADV_POPULATE_WRITE)
 
-    if big:
-        try:
-            threading.Thread(target=populate, name="mjarchive-populate", daemon=True).start()
-        except RuntimeError:  # no thread to be had (a process limit): the appends fault the pages in
-            pass
+    if big:  # without a thread, the appends fault the pages in
+        _on_a_thread(populate, "mjarchive-populate", or_here=False)
 
 
 def _release_meanwhile(buffers: list[dict[str, np.ndarray]]) -> None:
@@ -157,10 +154,17 @@ def _release_meanwhile(buffers: list[dict[str, np.ndarray]]) -> None:
     need not delay close(). The list is emptied there, and the pages are unmapped there unless something
     else still refers to a buffer (then when that lets go)."""
     if buffers:
-        try:
-            threading.Thread(target=buffers.clear, name="mjarchive-release", daemon=True).start()
-        except RuntimeError:  # no thread to be had (a process limit)
-            buffers.clear()
+        _on_a_thread(buffers.clear, "mjarchive-release", or_here=True)
+
+
+def _on_a_thread(work: Any, name: str, *, or_here: bool) -> None:
+    """Run `work` on a short-lived daemon thread; where no thread is to be had (a process limit), run it
+    on this one if `or_here`, else not at all."""
+    try:
+        threading.Thread(target=work, name=name, daemon=True).start()
+    except RuntimeError:
+        if or_here:
+            work()
 
 
 class _Arrays:
@@ -615,10 +619,7 @@ class ArchiveWriter:
                         self._n_buffers += 1
                         self._spare_pending = True
                 if spare:  # on its own thread: a chunk filled meanwhile is not kept waiting for its pages
-                    try:
-                        threading.Thread(target=self._add_spare_buffer, name="mjarchive-spare", daemon=True).start()
-                    except RuntimeError:  # no thread to be had (a process limit)
-                        self._add_spare_buffer()
+                    _on_a_thread(self._add_spare_buffer, "mjarchive-spare", or_here=True)
                     continue
                 if job is None:  # commit what is stored before waiting for more frames
                     self._finish_cycle()
