@@ -150,7 +150,7 @@ def build(path: Path, frames: int, worlds: int, cf: int) -> None:
         index.resize((n_chunks, worlds))
         index[:] = counts
     root.store_path.store.write_now(COMMIT_KEY, commit_document(frames, {}))
-    write_root(root, manifest.to_dict(frames, "finalized", {}))
+    write_root(root.store_path.store, root.metadata.to_dict(), manifest.to_dict(frames, "finalized", {}))
 
 
 def upload(path: Path, bucket: str, prefix: str, options: dict) -> int:

@@ -19,6 +19,8 @@ in the same run, the variants interleaved, best of N:
 - s3.info: `mjarchive info s3://...` (the CLI's `main(["info", ...])`, in a fresh process each
   time, imports not timed) of the same two archives on the moto S3 server (tests/s3_server.py),
   with the HTTP requests each run made, counted by the server.
+- s3.create: `create()` of an empty 16-world humanoid archive, and of one part of a new multi-part
+  archive, on the same server (in this process, closed untimed), and the requests each made.
 """
 
 from __future__ import annotations
@@ -319,8 +321,33 @@ def bench_s3_info(layout: Layout, tmp: Path, qpos: np.ndarray) -> None:
             print(f"s3.info[{name}].requests: {requests[name]}")
         print(f"ratio.s3.info.{parted}_vs_single: {min(times[parted]) / min(times['single']):.2f}x")
         print(f"ratio.s3.info_requests.{parted}_vs_single: {requests[parted] / requests['single']:.1f}x")
+        bench_s3_create(layout, server, so)
     finally:
         server.stop()
+
+
+def bench_s3_create(layout: Layout, server, so: dict) -> None:
+    """`create()` of an empty archive (closed untimed) and of one part of a new multi-part archive, on
+    the S3 server from this process (imports and the first create not timed), interleaved, best of
+    N, with the HTTP requests the create made."""
+    import mjarchive
+
+    bundle = mjarchive.ModelBundle.from_file(humanoid())
+    kinds = {"single": {}, "part": {"part": "rank0"}}
+    mjarchive.create("s3://bench/create_warm_up.mjarchive", bundle, n_worlds=16, storage_options=so).close()
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    requests: dict[str, int] = {}
+    for rep in range(max(3, layout.open_repeats)):
+        for name in rotated(list(kinds), rep):
+            mark, t = server.mark(), time.perf_counter()
+            writer = mjarchive.create(f"s3://bench/create_{name}_{rep}.mjarchive", bundle, n_worlds=16,
+                                      storage_options=so, **kinds[name])
+            times[name].append(time.perf_counter() - t)
+            requests[name] = len(server.requests(mark))
+            writer.close()
+    for name in kinds:
+        print(f"s3.create[{name}].ms: {1e3 * min(times[name]):.1f}")
+        print(f"s3.create[{name}].requests: {requests[name]}")
 
 
 def main() -> None:

@@ -555,6 +555,55 @@ def test_create_refuses_existing_and_bad_arguments(small_archive, tmp_path):
         assert archive.nq == 3 and archive.n_frames == 1
 
 
+def test_create_writes_each_key_once_and_reads_nothing_it_wrote(tmp_path, monkeypatch, humanoid_xml):
+    from mjarchive.archive.storage import local
+
+    events = []
+    write_file, read_file = local.write_file, local.read_file
+    monkeypatch.setattr(local, "write_file", lambda root, key, *a, **k: (events.append(("w", key)),
+                                                                        write_file(root, key, *a, **k))[1])
+    monkeypatch.setattr(local, "read_file", lambda root, key, *a, **k: (events.append(("r", key)),
+                                                                      read_file(root, key, *a, **k))[1])
+    mjarchive.create(tmp_path / "a.zarr", humanoid_xml, n_worlds=3, tracks={"reward": ()}).close()
+    events.clear()  # again over the closed archive, whose files the new one replaces
+    writer = mjarchive.create(tmp_path / "a.zarr", humanoid_xml, n_worlds=3, tracks={"reward": ()},
+                              overwrite=True)
+    during_create = list(events)
+    writer.close()
+    written = [key for op, key in during_create if op == "w"]
+    assert {"zarr.json", "model/zarr.json", "model/xml/zarr.json", "qpos/zarr.json", "reward/zarr.json"} <= set(written)
+    assert len(written) == len(set(written)), f"written more than once: {written}"
+    read_back = [key for i, (op, key) in enumerate(during_create) if op == "r" and ("w", key) in during_create[:i]]
+    assert not read_back, f"read back after writing: {read_back}"
+    assert written[-1] == "zarr.json"  # the root document last: before it, the folder is no archive
+
+
+def test_create_failing_part_way_leaves_no_archive(tmp_path, monkeypatch):
+    from mjarchive.archive.storage import local
+
+    write_file = local.write_file
+
+    def full_disk_at_qpos(root, key, *args, **kwargs):
+        if key == "qpos/zarr.json":
+            raise OSError(28, "No space left on device")
+        return write_file(root, key, *args, **kwargs)
+
+    path = tmp_path / "a.zarr"
+    monkeypatch.setattr(local, "write_file", full_disk_at_qpos)
+    with pytest.raises(OSError, match="No space"):
+        mjarchive.create(path, chain_bundle(2), n_worlds=2)
+    assert not (path / "zarr.json").exists()
+    with pytest.raises(mjarchive.ArchiveNotFoundError):
+        mjarchive.open(path)
+    monkeypatch.setattr(local, "write_file", write_file)
+    with pytest.raises(ArchiveExistsError, match="overwrite=True"):  # what is left is not deleted unasked
+        mjarchive.create(path, chain_bundle(2), n_worlds=2)
+    with mjarchive.create(path, chain_bundle(2), n_worlds=2, overwrite=True) as w:  # the lease was let go
+        w.append(0.0, np.ones((2, 2)))
+    with mjarchive.open(path) as archive:
+        assert archive.n_frames == 1 and archive.verify().ok
+
+
 def test_archive_metadata_and_model(tmp_path, humanoid_xml):
     with mjarchive.create(tmp_path / "h.zarr", humanoid_xml, world_ids=[7, 42], output_fps=25.0,
                           playback_speed=0.5, chunk_frames=4) as w:

@@ -763,7 +763,8 @@ class ArchiveWriter:
     def _write_root(self, n_frames: int, status: str) -> None:
         if self._lease is not None:
             self._lease.check()
-        write_root(self._root, self.manifest.to_dict(n_frames, status, self._variants.counts))
+        attrs = self.manifest.to_dict(n_frames, status, self._variants.counts)
+        write_root(self._store, self._root.metadata.to_dict(), attrs)
         self._root_status = status
 
 

@@ -544,6 +544,16 @@ class CheckedStore(WrapperStore):
                                   f"{exc!r}") from None
             _place(out, box, chunk, at[i])
 
+    def write_all_now(self, items: list[tuple[str, bytes]]) -> None:
+        """`write_now` of each (key, bytes): into a local folder one after another, in order, from this
+        thread; to object storage all at once, in one trip to zarr's event loop (in no particular order)."""
+        if self._sync("set_sync") is not None:
+            for key, data in items:
+                self.write_now(key, data)
+        elif items:
+            prototype = default_buffer_prototype()
+            sync(self._set_many([(key, prototype.buffer.from_bytes(data)) for key, data in items]))
+
     def write_now(self, key: str, data: bytes | list) -> None:
         """Replace `key` with `data` (bytes, or a list of bytes-like pieces, one after another) in one
         atomic store write."""

@@ -31,7 +31,7 @@ from .checked import CheckedStore
 from .local import SafeLocalStore, walk_files
 from .remote import fsspec_options
 
-__all__ = ["is_url", "local_path", "make_store", "new_store", "create_root", "open_root", "open_root_document", "remove_partial_files"]
+__all__ = ["is_url", "local_path", "make_store", "new_store", "clear_root", "open_root", "open_root_document", "remove_partial_files"]
 
 _URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 # zarr's LocalStore writes `<key>.<uuid hex>.partial` and renames it into place.
@@ -139,7 +139,7 @@ def _store_is_empty(store: Any) -> bool:
 
 def new_store(location: Any, *, overwrite: bool, storage_options: dict | None = None) -> CheckedStore:
     """The writable store of an archive about to be created, refusing existing data unless `overwrite`
-    (ArchiveExistsError). Nothing is written: `create()` takes the writer lease next, then `create_root`."""
+    (ArchiveExistsError). Nothing is written: `create()` takes the writer lease next, then `clear_root`."""
     path = local_path(location)
     store = make_store(location, read_only=False, storage_options=storage_options)
     if path is not None:
@@ -168,11 +168,11 @@ async def _names_besides_lease(store: Any) -> list[str]:
     return [name async for name in store.list_dir("") if name.rstrip("/") != LEASE_GROUP]
 
 
-def create_root(location: Any, store: CheckedStore, *, overwrite: bool) -> zarr.Group:
-    """Create the archive's root group in `store` (from `new_store`) once the writer lease is held:
-    everything else there is deleted if `overwrite` (the lease's `_writer` group is kept, so the lease
-    is never let go while the archive is rebuilt), else it must be empty but for the lease (an archive
-    created meanwhile by another writer, since closed, is refused)."""
+def clear_root(location: Any, store: CheckedStore, *, overwrite: bool) -> None:
+    """Make `store` (from `new_store`, the writer lease held) ready for a new archive: everything but
+    the lease's `_writer` group is deleted if `overwrite` (so the lease is never let go while the
+    archive is rebuilt), else it must hold nothing else (an archive created meanwhile by another writer,
+    since closed, is refused)."""
     try:
         names = sync(_names_besides_lease(store))
         if names and not overwrite:
@@ -181,8 +181,6 @@ def create_root(location: Any, store: CheckedStore, *, overwrite: bool) -> zarr.
             sync(store.delete(name))  # a key (the root zarr.json), or nothing for a prefix...
             if name != "zarr.json":
                 sync(store.delete_dir(name))  # ...whose keys go here
-        # Mode "a": the store holds `_writer/` (zarr's "w-" refuses any data); no root document is left.
-        return zarr.open_group(store=store, mode="a", use_consolidated=False, zarr_format=3)
     except MjArchiveError:
         raise
     except Exception as exc:
