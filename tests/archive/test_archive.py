@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -596,12 +597,38 @@ def test_create_failing_part_way_leaves_no_archive(tmp_path, monkeypatch):
     with pytest.raises(mjarchive.ArchiveNotFoundError):
         mjarchive.open(path)
     monkeypatch.setattr(local, "write_file", write_file)
-    with pytest.raises(ArchiveExistsError, match="overwrite=True"):  # what is left is not deleted unasked
+    with pytest.raises(ArchiveExistsError, match="holds no archive.*overwrite=True"):  # nothing deleted unasked
         mjarchive.create(path, chain_bundle(2), n_worlds=2)
     with mjarchive.create(path, chain_bundle(2), n_worlds=2, overwrite=True) as w:  # the lease was let go
         w.append(0.0, np.ones((2, 2)))
     with mjarchive.open(path) as archive:
         assert archive.n_frames == 1 and archive.verify().ok
+
+
+def test_an_overwrite_failing_part_way_leaves_no_archive(tmp_path, monkeypatch):
+    from mjarchive.archive.storage import local
+
+    path = tmp_path / "a.zarr"
+    with mjarchive.create(path, chain_bundle(2), n_worlds=2) as w:
+        w.append(0.0, np.ones((2, 2)))
+    delete = local._delete
+
+    def stuck_at_qpos(root, key, **kwargs):
+        if key == "qpos":
+            raise PermissionError(13, "Permission denied", key)
+        return delete(root, key, **kwargs)
+
+    async def listed_as_object_stores_do(self, prefix):  # sorted by name: "zarr.json" after "qpos"
+        for name in sorted(os.listdir(self.root / prefix)):
+            yield name
+
+    monkeypatch.setattr(local, "_delete", stuck_at_qpos)
+    monkeypatch.setattr(local.SafeLocalStore, "list_dir", listed_as_object_stores_do)
+    with pytest.raises(PermissionError):
+        mjarchive.create(path, chain_bundle(3), n_worlds=2, overwrite=True)
+    assert (path / "qpos").is_dir()  # the old archive was partly deleted: its root document first
+    with pytest.raises(mjarchive.ArchiveNotFoundError):
+        mjarchive.open(path)
 
 
 def test_archive_metadata_and_model(tmp_path, humanoid_xml):

@@ -271,6 +271,28 @@ def test_a_commit_that_cannot_be_stored_leaves_the_last_one(s3_server, proxy, fa
         np.testing.assert_array_equal(archive.select().qpos, q[:8])
 
 
+def test_a_create_that_fails_writes_nothing_after_it_raised(s3_server, proxy, faulty, humanoid_xml):
+    """create() writes a new archive's objects concurrently: one that cannot be stored fails it, and every
+    other write has ended (here one retried after a stall) before it raises; the root document is never
+    written, so the location holds no archive."""
+    url = new_url(s3_server)
+    proxy.inject("reset", times=None, method="PUT", path="/qpos/zarr.json")
+    proxy.inject("stall", times=1, method="PUT", path="/time/zarr.json", stall_s=2)
+    with within(BOUND_S), pytest.raises(StorageError, match="qpos/zarr.json"):
+        mjarchive.create(url, humanoid_xml, world_ids=WORLDS, tracks={"reward": ()},
+                         storage_options={**faulty, "retries": 1})
+    seen = len(proxy.requests)
+    time.sleep(3)  # longer than the stall and a retry after it
+    assert proxy.requests[seen:] == [], "written after create() raised"
+    assert ("PUT", next(p for m, p, _ in proxy.requests if p.endswith("/time/zarr.json")), None) in proxy.requests
+    assert not any(p.endswith("run.mjarchive/zarr.json") for m, p, _ in proxy.requests if m == "PUT")
+    proxy.clear()
+    with pytest.raises(mjarchive.ArchiveNotFoundError):
+        mjarchive.open(url, storage_options=s3_server.storage_options())
+    with pytest.raises(mjarchive.ArchiveExistsError, match="holds no archive"):
+        mjarchive.create(url, humanoid_xml, world_ids=WORLDS, storage_options=s3_server.storage_options())
+
+
 # -- the defaults -------------------------------------------------------------------------------------------------
 
 def test_defaults_are_bounded_and_overridable(s3_server, archive_url):

@@ -158,7 +158,8 @@ def build_archive(location: Any, store: Any, bundle: ModelBundle | None, manifes
     arrays = _create_arrays(draft, specs)
     _write_whole(arrays.pop("world_id"), np.asarray(world_ids, dtype=np.int64))
     create_event_arrays(draft, manifest)
-    store.write_all_now([(key, buf.to_bytes()) for key, buf in drafted.items() if key != "zarr.json"])
+    drafted.pop("zarr.json")  # the root document goes last, with the archive's attributes
+    store.write_all_now((key, drafted.pop(key).as_buffer_like()) for key in list(drafted))  # each let go once written
     write_root(store, draft.metadata.to_dict(), manifest.to_dict(0, "live"))
     root = zarr.Group(AsyncGroup(metadata=draft.metadata, store_path=StorePath(store)))
     return root, {name: zarr.Array(AsyncArray(metadata=a.metadata, store_path=StorePath(store, a.path),

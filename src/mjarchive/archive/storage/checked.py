@@ -47,6 +47,7 @@ _MAX_U64 = 2**64 - 1
 # latency is hidden by requests in flight (each worker holds one shard's bytes at most).
 _LOCAL_WORKERS, _REMOTE_WORKERS = min(4, os.cpu_count() or 1), 16
 _MAX_FAST_INNER = 1 << 16  # inner chunks per shard it decodes (one list entry each); zarr reads the rest
+_WRITES_AT_ONCE = 10  # write_all_now's uploads in flight: s3fs's connection pool (botocore's 10) keeps no more busy
 
 
 # -- bounded metadata ------------------------------------------------------------------------------
@@ -544,15 +545,29 @@ class CheckedStore(WrapperStore):
                                   f"{exc!r}") from None
             _place(out, box, chunk, at[i])
 
-    def write_all_now(self, items: list[tuple[str, bytes]]) -> None:
-        """`write_now` of each (key, bytes): into a local folder one after another, in order, from this
-        thread; to object storage all at once, in one trip to zarr's event loop (in no particular order)."""
+    def write_all_now(self, items: Any) -> None:
+        """`write_now` of each (key, bytes-like) of the iterable `items`: into a local folder one after
+        another, in order, from this thread; to object storage in one trip to zarr's event loop, at most
+        `_WRITES_AT_ONCE` at a time (in no particular order). Every write has ended when this returns or
+        raises (the first failure): none lands later, after a caller gave up."""
         if self._sync("set_sync") is not None:
             for key, data in items:
                 self.write_now(key, data)
-        elif items:
-            prototype = default_buffer_prototype()
-            sync(self._set_many([(key, prototype.buffer.from_bytes(data)) for key, data in items]))
+            return
+        prototype = default_buffer_prototype()
+        values = [(key, prototype.buffer.from_bytes(data)) for key, data in items]
+        slots = asyncio.Semaphore(_WRITES_AT_ONCE)
+
+        async def write(key: str, value: Any) -> None:
+            async with slots:  # each write's time limit starts when it starts, not while it queues
+                await self.set(key, value)
+
+        async def write_all() -> list:
+            return await asyncio.gather(*(write(k, v) for k, v in values), return_exceptions=True)
+
+        for result in sync(write_all()) if values else ():
+            if isinstance(result, BaseException):
+                raise result
 
     def write_now(self, key: str, data: bytes | list) -> None:
         """Replace `key` with `data` (bytes, or a list of bytes-like pieces, one after another) in one

@@ -152,16 +152,35 @@ def new_store(location: Any, *, overwrite: bool, storage_options: dict | None = 
         except Exception as exc:
             raise _remote_error(location, exc) from exc
     if exists and not overwrite:
-        raise _exists_error(location)
+        raise _exists_error(location, store)
     return store
 
 
-def _exists_error(location: Any) -> ArchiveExistsError:
+def _exists_error(location: Any, store: CheckedStore) -> ArchiveExistsError:
+    if not _has_root_document(location, store):
+        return ArchiveExistsError(
+            f"{_describe(location)} exists but holds no archive (no zarr.json: other data, or a create() that "
+            "stopped part way); pass overwrite=True to replace what is there"
+        )
     path = local_path(location)
     hint = "mjarchive.open(path, mode='a')" if path is not None else "mjarchive.open(url, mode='a', storage_options=...)"
     return ArchiveExistsError(
         f"{_describe(location)} already exists; pass overwrite=True to replace it, or append to it with {hint}"
     )
+
+
+def _has_root_document(location: Any, store: CheckedStore) -> bool:
+    """Whether a root `zarr.json` is there (True where that cannot be told: the usual message then)."""
+    path = local_path(location)
+    try:
+        if path is not None:
+            os.lstat(path / "zarr.json")  # anything by that name, not followed
+            return True
+        return bool(sync(store.exists("zarr.json")))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except Exception:
+        return True
 
 
 async def _names_besides_lease(store: Any) -> list[str]:
@@ -176,8 +195,9 @@ def clear_root(location: Any, store: CheckedStore, *, overwrite: bool) -> None:
     try:
         names = sync(_names_besides_lease(store))
         if names and not overwrite:
-            raise _exists_error(location)
-        for name in names:
+            raise _exists_error(location, store)
+        # The root document first: from then on the location holds no archive, should deleting the rest fail.
+        for name in sorted(names, key=lambda name: name != "zarr.json"):
             sync(store.delete(name))  # a key (the root zarr.json), or nothing for a prefix...
             if name != "zarr.json":
                 sync(store.delete_dir(name))  # ...whose keys go here
