@@ -448,7 +448,7 @@ class ArchiveWriter:
                     self._cond.notify_all()
                 self._thread.join()
                 self._settle_cycle()
-                with self._cond:  # the chunk buffers' memory goes back now (unmapped on a thread), not when the writer is collected
+                with self._cond:  # the buffers' memory goes back now (unmapped on a thread), not at collection
                     buffers = [b for b in (self._buffer, *self._free_buffers) if b is not None]
                     self._buffer, self._free_buffers = None, []
                 _release_meanwhile(buffers)

@@ -47,7 +47,7 @@ _MAX_U64 = 2**64 - 1
 # latency is hidden by requests in flight (each worker holds one shard's bytes at most).
 _LOCAL_WORKERS, _REMOTE_WORKERS = min(4, os.cpu_count() or 1), 16
 _MAX_FAST_INNER = 1 << 16  # inner chunks per shard it decodes (one list entry each); zarr reads the rest
-_WRITES_AT_ONCE = 10  # write_all_now's uploads in flight: s3fs's connection pool (botocore's 10) keeps no more busy
+_WRITES_AT_ONCE = 10  # _set_many's uploads in flight: s3fs's connection pool (botocore's 10) keeps no more busy
 
 
 # -- bounded metadata ------------------------------------------------------------------------------
@@ -373,7 +373,17 @@ class CheckedStore(WrapperStore):
 
     # The wrapped store's other operations, bounded the same way (WrapperStore would call them bare).
     async def _set_many(self, values: Any) -> None:
-        await asyncio.gather(*(self.set(key, value) for key, value in values))
+        """`set` of each (key, Buffer), at most `_WRITES_AT_ONCE` at a time, each timed from its start. Every
+        write has ended when this returns or raises (the first failure): none lands after a caller gave up."""
+        slots = asyncio.Semaphore(_WRITES_AT_ONCE)
+
+        async def write(key: str, value: Any) -> None:
+            async with slots:
+                await self.set(key, value)
+
+        for result in await asyncio.gather(*(write(k, v) for k, v in values), return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
 
     async def set_if_not_exists(self, key: str, value: Any) -> None:
         await self._io("writing", key, self._store.set_if_not_exists(key, value))
@@ -547,27 +557,16 @@ class CheckedStore(WrapperStore):
 
     def write_all_now(self, items: Any) -> None:
         """`write_now` of each (key, bytes-like) of the iterable `items`: into a local folder one after
-        another, in order, from this thread; to object storage in one trip to zarr's event loop, at most
-        `_WRITES_AT_ONCE` at a time (in no particular order). Every write has ended when this returns or
-        raises (the first failure): none lands later, after a caller gave up."""
+        another, in order, from this thread; to object storage in one trip to zarr's event loop
+        (`_set_many`: in no particular order, all ended when this returns or raises)."""
         if self._sync("set_sync") is not None:
             for key, data in items:
                 self.write_now(key, data)
             return
         prototype = default_buffer_prototype()
         values = [(key, prototype.buffer.from_bytes(data)) for key, data in items]
-        slots = asyncio.Semaphore(_WRITES_AT_ONCE)
-
-        async def write(key: str, value: Any) -> None:
-            async with slots:  # each write's time limit starts when it starts, not while it queues
-                await self.set(key, value)
-
-        async def write_all() -> list:
-            return await asyncio.gather(*(write(k, v) for k, v in values), return_exceptions=True)
-
-        for result in sync(write_all()) if values else ():
-            if isinstance(result, BaseException):
-                raise result
+        if values:
+            sync(self._set_many(values))
 
     def write_now(self, key: str, data: bytes | list) -> None:
         """Replace `key` with `data` (bytes, or a list of bytes-like pieces, one after another) in one
