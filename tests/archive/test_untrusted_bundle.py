@@ -366,3 +366,29 @@ def test_append_refuses_a_damaged_bundle(base_archive, tmp_path):
     with mjarchive.open(intact, mode="a") as writer:  # the undamaged copy still appends
         writer.append(0.9, np.zeros((2, 1)))
     assert mjarchive.open(intact).n_frames == 4
+
+
+def test_the_compiling_child_finds_mujoco_where_the_parent_did(base_archive, tmp_path):
+    """An interpreter that finds MuJoCo only through PYTHONPATH (a `pip install --target`, a cluster's
+    module system): the isolated compiling child ignores PYTHONPATH, so it is given this import path."""
+    import os
+    import subprocess
+    import sys
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # an interpreter with no packages of its own
+    packages = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    path = os.pathsep.join([str(Path(mjarchive.__file__).parents[1]), *packages])
+    code = "import sys, mjarchive; print(mjarchive.open(sys.argv[1]).model().nq)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    proc = subprocess.run([str(bare / "bin" / "python"), "-c", code, str(base_archive)], capture_output=True,
+                          text=True, timeout=120, env={**env, "PYTHONPATH": path}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) == mjarchive.open(base_archive).model().nq
+
+
+def test_a_child_that_cannot_start_says_so(base_archive, monkeypatch):
+    monkeypatch.setattr(sandbox, "_BOOTSTRAP", "import no_such_module_here")
+    with pytest.raises(mjarchive.BundleError, match="cannot start MuJoCo.*No module named 'no_such_module_here'"):
+        sandbox._compile_in_child(mjarchive.open(base_archive).bundle)

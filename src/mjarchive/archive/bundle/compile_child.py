@@ -1,8 +1,9 @@
 """Compile an untrusted model bundle in a process of its own, under memory and CPU limits.
 
-Run as a script (`python -I compile_child.py MEMORY_BYTES CPU_SECONDS`) by `sandbox.py`; it imports
-only MuJoCo and NumPy, so nothing else of the parent's state is within reach. Standard input carries one
-JSON header line `{"xml": n, "assets": [[name, n], ...]}` followed by the raw bytes; standard
+Run as a script (`compile_child.py MEMORY_BYTES CPU_SECONDS`, in an isolated interpreter given the
+parent's import path) by `sandbox.py`; it imports only MuJoCo and NumPy, so nothing else of the parent's
+state is within reach. Standard input carries one JSON header line
+`{"xml": n, "assets": [[name, n], ...]}` followed by the raw bytes; standard
 output returns the compiled model as MJB bytes, standard error one JSON line `{"error": "..."}` on
 refusal. The header may also carry `"recipe"`: how to derive the replay model from the recorded
 one (`apply_recipe`: copies side by side for a scene, extra replay cameras), applied after parsing

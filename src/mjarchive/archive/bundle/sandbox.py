@@ -35,6 +35,9 @@ COMPILE_TIMEOUT_S = float(os.environ.get("MJARCHIVE_COMPILE_TIMEOUT_S", 60))
 #: Address-space limit of the compiling process (an interpreter with MuJoCo needs ~200 MiB).
 COMPILE_MEMORY_BYTES = int(os.environ.get("MJARCHIVE_COMPILE_MEMORY_BYTES", 3 * 2**30))
 _CHILD = str(Path(__file__).with_name("compile_child.py"))
+# Runs compile_child.py as the script it is, with the import path the parent passes first on sys.path.
+_BOOTSTRAP = ("import json, runpy, sys; sys.path[:0] = json.loads(sys.argv[1]); sys.argv = sys.argv[2:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
 _CACHE_BYTES = 256 * 2**20
 
 _cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
@@ -77,8 +80,10 @@ def _compile_in_child(bundle: Any, recipe: dict | None = None) -> bytes:
     header = json.dumps(fields).encode()
     payload = b"".join([header, b"\n", xml, *(bundle.assets[n] for n in names)])
     cpu = max(1, int(COMPILE_TIMEOUT_S) + 1)
-    # -I: isolated mode, so neither the working directory nor PYTHON* variables shape the child.
-    cmd = [sys.executable, "-I", _CHILD, str(COMPILE_MEMORY_BYTES), str(cpu)]
+    # -I: isolated mode, so neither the working directory nor PYTHON* variables shape the child; it
+    # finds MuJoCo and NumPy where this process did (`_import_path`).
+    cmd = [sys.executable, "-I", "-c", _BOOTSTRAP, json.dumps(_import_path()), _CHILD, str(COMPILE_MEMORY_BYTES),
+           str(cpu)]
     try:
         proc = subprocess.run(cmd, input=payload, capture_output=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -91,12 +96,26 @@ def _compile_in_child(bundle: Any, recipe: dict | None = None) -> bytes:
     if proc.returncode == 0:
         return proc.stdout
     reason = _child_error(proc.stderr)
+    if proc.returncode == 1 and not reason:  # it failed before reading the bundle (compile_child.main returns 2, 3)
+        last = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise BundleError(
+            f"cannot start MuJoCo in a process of its own to compile the archive's model: {last[0][:300]} "
+            f"(the interpreter {sys.executable} -I, with this process's import path)"
+        )
     if proc.returncode < 0:
         reason = f"MuJoCo died with signal {-proc.returncode} ({reason or 'likely out of memory or CPU time'})"
     raise BundleError(
         f"the archive's model cannot be compiled safely: {reason or f'exit code {proc.returncode}'} "
         f"(limits: {COMPILE_TIMEOUT_S:g} s, {COMPILE_MEMORY_BYTES // 2**20} MiB; the bundle may be hostile)"
     )
+
+
+def _import_path() -> list[str]:
+    """This process's import path without the working directory (relative entries, and the folder
+    itself): an isolated interpreter ignores PYTHONPATH, where a `pip install --target`, a cluster's
+    module system or a zipped application may have put MuJoCo."""
+    cwd = os.path.realpath(os.getcwd())
+    return [p for p in sys.path if isinstance(p, str) and os.path.isabs(p) and os.path.realpath(p) != cwd]
 
 
 def _child_error(stderr: bytes) -> str:
