@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -58,6 +59,18 @@ RUN_LAST = ("test_recorder_arrays.py", "test_rollout.py", "test_playground.py")
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: item.path.name in RUN_LAST)  # stable: the order is kept otherwise
+
+
+def warp_devices() -> list[str]:
+    """The Warp devices the Warp tests run on: "cpu" always, and "cuda:0" where Warp finds CUDA (the
+    pinned rings, streams, events and gather kernels that only CUDA uses; those test ids say "cuda",
+    so `-k cuda` selects them on a GPU machine). Initializes Warp where it is installed."""
+    if importlib.util.find_spec("warp") is None:
+        return ["cpu"]  # the tests skip, saying Warp is missing
+    import warp as wp
+
+    wp.config.quiet = True
+    return ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() else [])
 
 
 def requires_warp_replay():

@@ -1,7 +1,8 @@
 """Recording from arrays: NumPy, torch and JAX (CPU builds), MJX Data and Warp arrays.
 
 Each library's test runs where the library is installed and is skipped with the reason elsewhere
-(torch has no CPU wheel on PyPI for every Python; CI's Python 3.11 run installs it).
+(torch has no CPU wheel on PyPI for every Python; CI's Python 3.11 run installs it). Arrays on a GPU
+("torch-cuda", "jax-gpu", Warp's "cuda:0") run where there is one: `-k "cuda or gpu"` selects them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from numpy.testing import assert_array_equal
 
 import mjarchive
 
+from conftest import warp_devices  # noqa: E402
 from test_recorder import MOCAP_XML, expected_steps  # noqa: E402
 
 NWORLD = 16
@@ -23,14 +25,25 @@ SEL = [2, 5, 11]
 
 
 def _convert(library):
-    """A function turning a NumPy array into an array of `library` (skips when it is not installed)."""
+    """A function turning a NumPy array into an array of `library`, on its GPU for "torch-cuda" and
+    "jax-gpu" (skips when the library, or that GPU, is not here)."""
     if library == "numpy":
         return np.array
-    if library == "torch":
+    if library.startswith("torch"):
         torch = pytest.importorskip("torch", reason="torch is not installed (no CPU wheel from PyPI here)")
-        return lambda a: torch.from_numpy(np.array(a))
-    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
-    return jnp.asarray
+        if library == "torch":
+            return lambda a: torch.from_numpy(np.array(a))
+        if not torch.cuda.is_available():
+            pytest.skip("torch sees no CUDA device here")
+        return lambda a: torch.from_numpy(np.array(a)).to("cuda")
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    if library == "jax":
+        return jax.numpy.asarray
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX sees no GPU here")
+    return lambda a: jax.device_put(np.asarray(a), gpu)
 
 
 @pytest.fixture
@@ -40,7 +53,7 @@ def mocap_xml(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax", "torch-cuda", "jax-gpu"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtype):
     """Only the selected worlds' rows are copied, in the arrays' own dtype; device and host reset
@@ -74,7 +87,7 @@ def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtyp
     assert rec.bytes_copied == len(recorded) * len(SEL) * (model.nq + model.nv + 7 + 1) * itemsize
     with mjarchive.open(tmp_path / "a") as archive:
         assert archive.world_ids == tuple(SEL)
-        assert archive.manifest.producer["backend"] == library
+        assert archive.manifest.producer["backend"] == library.split("-")[0]
         sel = archive.select()
         rows = np.ix_(recorded, SEL)
         assert_array_equal(sel.qpos, qpos[rows].astype(np.float32))
@@ -88,7 +101,7 @@ def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtyp
         assert_array_equal(sel.reset, expected_reset)
 
 
-@pytest.mark.parametrize("library", ["torch", "jax"])
+@pytest.mark.parametrize("library", ["torch", "jax", "torch-cuda", "jax-gpu"])
 def test_errors_name_the_problem(tmp_path, mocap_xml, library):
     conv = _convert(library)
     q, mp, mq = np.zeros((4, 7), np.float32), np.zeros((4, 1, 3), np.float32), np.zeros((4, 1, 4), np.float32)
@@ -209,7 +222,8 @@ def test_mjx_playground_loop_64_worlds(tmp_path):
         assert_array_equal(rgb, renderer.render())
 
 
-def test_warp_arrays_by_name(tmp_path, mocap_xml):
+@pytest.mark.parametrize("device", warp_devices())
+def test_warp_arrays_by_name(tmp_path, mocap_xml, device):
     wp = pytest.importorskip("warp")
     wp.config.quiet = True
     model = mujoco.MjModel.from_xml_path(str(mocap_xml))
@@ -217,7 +231,7 @@ def test_warp_arrays_by_name(tmp_path, mocap_xml):
     q = rng.standard_normal((30, 8, model.nq)).astype(np.float32)
     mp = rng.standard_normal((30, 8, 1, 3)).astype(np.float32)
     mq = rng.standard_normal((30, 8, 1, 4)).astype(np.float32)
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         with mjarchive.Recorder(tmp_path / "w", mocap_xml, worlds=[1, 6], output_fps=100, block_frames=4) as rec:
             for n in range(30):
                 rec.record(qpos=wp.array(q[n]), mocap_pos=wp.array(mp[n], dtype=wp.vec3),
@@ -286,11 +300,12 @@ def test_torch_first_call_under_inference_mode(tmp_path, mocap_xml):
         assert_array_equal(archive.select().qpos[:, 0, 0], [1.0, 2.0])
 
 
-def test_a_refused_frame_costs_only_itself_on_the_warp_ring(tmp_path, mocap_xml):
+@pytest.mark.parametrize("device", warp_devices())
+def test_a_refused_frame_costs_only_itself_on_the_warp_ring(tmp_path, mocap_xml, device):
     """The Warp gatherer hands its blocks to the same sink: the same frame-by-frame recovery."""
     wp = pytest.importorskip("warp")
     wp.config.quiet = True
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         rec = mjarchive.Recorder(tmp_path / "wnan", mocap_xml, block_frames=4, ring_buffers=2, output_fps=100)
         for n in range(14):
             q = np.full((3, 7), float(n), np.float32)

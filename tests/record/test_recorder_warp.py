@@ -1,4 +1,5 @@
-"""The MuJoCo Warp recorder on Warp's "cpu" device: selected worlds only, exact bytes, resets, mocap."""
+"""The MuJoCo Warp recorder on Warp's "cpu" device, and on CUDA where there is one: selected worlds
+only, exact bytes, resets, mocap."""
 
 from __future__ import annotations
 
@@ -12,38 +13,44 @@ import mjarchive
 wp = pytest.importorskip("warp")
 mjw = pytest.importorskip("mujoco_warp")
 
+from conftest import warp_devices  # noqa: E402
 from test_recorder import expected_steps, mocap_model  # noqa: E402
 
 NWORLD = 8
 
 
+@pytest.fixture(scope="module", params=warp_devices())
+def device(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def humanoid(humanoid_xml):
-    """One device model for the module (Warp kernels compile once, ~30 s uncached)."""
-    wp.config.quiet = True
+def humanoid(humanoid_xml, device):
+    """One device model per device (Warp kernels compile once, ~30 s uncached)."""
     mjm = mujoco.MjModel.from_xml_path(str(humanoid_xml))
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         m.opt.warn_overflow = 0
     return mjm, m
 
 
-def fresh_data(mjm, nworld=NWORLD):
-    with wp.ScopedDevice("cpu"):
+def fresh_data(mjm, device, nworld=NWORLD):
+    with wp.ScopedDevice(device):
         return mjw.put_data(mjm, mujoco.MjData(mjm), nworld=nworld)
 
 
 @pytest.mark.parametrize("gather", ["numpy", "kernel"])
-def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gather):
-    """On the "cpu" device the gather is NumPy by default; the Warp kernel path (used on CUDA) too."""
+def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gather, device):
+    """On the "cpu" device the gather is NumPy by default; the Warp kernel path (CUDA's) too. On CUDA
+    the kernels gather whatever the NumPy switch says, into the device block copied once per block."""
     import mjarchive.record.warp as rw
 
     monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
     mjm, m = humanoid
-    d = fresh_data(mjm)
+    d = fresh_data(mjm, device)
     rng = np.random.default_rng(0)
     copies, steps = [], []
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         rec = mjarchive.Recorder(tmp_path / "w", humanoid_xml, worlds=[1, 5], tracks=("qvel",),
                                  block_frames=4, ring_buffers=2, chunk_frames=16)
         for n in range(240):
@@ -53,7 +60,7 @@ def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gat
                 steps.append(n)
             mjw.step(m, d)
         rec.close()
-    assert (rec._gatherer._numpy_views is not None) == (gather == "numpy")
+    assert (rec._gatherer._numpy_views is not None) == (gather == "numpy" and device == "cpu")
     assert steps == expected_steps(30, 1.0, mjm.opt.timestep, 240)
     # Only the selected worlds' state ever crosses to the host.
     assert rec.bytes_copied == len(steps) * 2 * (mjm.nq + mjm.nv) * 4
@@ -68,10 +75,10 @@ def test_selected_worlds_only(tmp_path, humanoid, humanoid_xml, monkeypatch, gat
         assert not np.array_equal(sel.qpos[-1, 0], sel.qpos[-1, 1])  # different random controls per world
 
 
-def test_reset_masks_round_trip(tmp_path, humanoid, humanoid_xml):
+def test_reset_masks_round_trip(tmp_path, humanoid, humanoid_xml, device):
     mjm, m = humanoid
-    d = fresh_data(mjm)
-    with wp.ScopedDevice("cpu"):
+    d = fresh_data(mjm, device)
+    with wp.ScopedDevice(device):
         with mjarchive.Recorder(tmp_path / "r", humanoid_xml, worlds=[1, 5, 6], block_frames=3) as rec:
             for n in range(100):
                 reset = None
@@ -94,12 +101,12 @@ def test_reset_masks_round_trip(tmp_path, humanoid, humanoid_xml):
         assert int(archive.select().reset.sum()) == 3
 
 
-def test_cpu_and_warp_paths_write_the_same_archive(tmp_path, humanoid, humanoid_xml):
+def test_cpu_and_warp_paths_write_the_same_archive(tmp_path, humanoid, humanoid_xml, device):
     mjm, _m = humanoid
-    d = fresh_data(mjm)
+    d = fresh_data(mjm, device)
     cpu_batch = [mujoco.MjData(mjm) for _ in range(NWORLD)]
     kw = dict(worlds=[1, 5], tracks=("qvel", "ctrl"), output_fps=50)
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         with mjarchive.Recorder(tmp_path / "warp", humanoid_xml, **kw) as rec_w, \
                 mjarchive.Recorder(tmp_path / "cpu", humanoid_xml, **kw) as rec_c:
             for n in range(10):  # time advances by hand: no physics needed for this comparison
@@ -119,10 +126,10 @@ def test_cpu_and_warp_paths_write_the_same_archive(tmp_path, humanoid, humanoid_
             assert_array_equal(getattr(a_w.select(), name), getattr(a_c.select(), name))
 
 
-def test_mocap_from_both_paths(tmp_path):
+def test_mocap_from_both_paths(tmp_path, device):
     xml = mocap_model(tmp_path)
     mjm = mujoco.MjModel.from_xml_path(str(xml))
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=3)
         cpu = [mujoco.MjData(mjm) for _ in range(3)]
         rng = np.random.default_rng(2)
@@ -152,10 +159,10 @@ def test_mocap_from_both_paths(tmp_path):
         assert_array_equal(sw.qpos, sc.qpos)
 
 
-def test_warp_errors(tmp_path, humanoid, humanoid_xml):
+def test_warp_errors(tmp_path, humanoid, humanoid_xml, device):
     mjm, _m = humanoid
-    d = fresh_data(mjm)
-    with wp.ScopedDevice("cpu"):
+    d = fresh_data(mjm, device)
+    with wp.ScopedDevice(device):
         rec = mjarchive.Recorder(tmp_path / "e", humanoid_xml, worlds=[9])
         with pytest.raises(mjarchive.MjArchiveError, match="out of range"):
             rec.record(d)
@@ -164,6 +171,9 @@ def test_warp_errors(tmp_path, humanoid, humanoid_xml):
             rec.record(d, reset=wp.zeros(3, dtype=wp.bool))
         with pytest.raises(mjarchive.AppendError, match="bool or int32"):
             rec.record(d, reset=wp.zeros(NWORLD, dtype=wp.float32))
+        if device != "cpu":  # a mask on another device than the Data's
+            with pytest.raises(mjarchive.AppendError, match="reset mask is on cpu"):
+                rec.record(d, reset=wp.zeros(NWORLD, dtype=wp.bool, device="cpu"))
         with pytest.raises(mjarchive.AppendError, match="one Recorder per backend"):
             rec.record(mujoco.MjData(mjm))
         rec.close()

@@ -1,5 +1,6 @@
 """Recorder side of format 1.1: model variants captured from the simulator's models, set_variant
-and overlays forwarded; Warp on its "cpu" device (the NumPy gather and the kernels used on CUDA)."""
+and overlays forwarded; Warp on its "cpu" device (the NumPy gather and the kernels used on CUDA), and
+the Warp captures on CUDA too where there is one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import mjarchive
 wp = pytest.importorskip("warp")
 mjw = pytest.importorskip("mujoco_warp")
 
+from conftest import warp_devices  # noqa: E402
+
 NWORLD = 4
 EVERY = 4  # steps per recorded frame
 
@@ -24,6 +27,11 @@ def humanoid(humanoid_xml):
     wp.config.quiet = True
     mjm = mujoco.MjModel.from_xml_path(str(humanoid_xml))
     return mjm
+
+
+@pytest.fixture(params=warp_devices())
+def device(request):
+    return request.param
 
 
 def colours(nworld, ngeom, shift=0.0):
@@ -42,7 +50,8 @@ def frame_of(step):
 
 
 @pytest.mark.parametrize("gather", ["numpy", "kernel"])
-def test_warp_batched_rgba_captured_at_first_frame_and_resets(tmp_path, humanoid, humanoid_xml, monkeypatch, gather):
+def test_warp_batched_rgba_captured_at_first_frame_and_resets(tmp_path, humanoid, humanoid_xml, monkeypatch, gather,
+                                                              device):
     import mjarchive.record.warp as rw
 
     monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
@@ -50,7 +59,7 @@ def test_warp_batched_rgba_captured_at_first_frame_and_resets(tmp_path, humanoid
     ng = mjm.ngeom
     rgba = colours(NWORLD, ng)
     new3, new0 = colours(1, ng, shift=0.25)[0], colours(1, ng, shift=0.375)[0]
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         m.geom_rgba = wp.array(rgba, dtype=wp.vec4)  # per world; geom_size stays shared (leading dim 1)
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
@@ -88,12 +97,12 @@ def test_warp_batched_rgba_captured_at_first_frame_and_resets(tmp_path, humanoid
         assert archive.episodes(3)[1].start == f1
 
 
-def test_warp_changes_of_one_world_do_not_leak(tmp_path, humanoid, humanoid_xml):
+def test_warp_changes_of_one_world_do_not_leak(tmp_path, humanoid, humanoid_xml, device):
     """A world changed without a reset is not captured; a world reset later captures its value then."""
     mjm = humanoid
     ng = mjm.ngeom
     rgba = colours(NWORLD, ng)
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         m.geom_rgba = wp.array(rgba, dtype=wp.vec4)
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
@@ -333,7 +342,7 @@ def test_overlays_follow_worlds_when_worlds_reorder_the_batch(tmp_path, humanoid
                         assert_array_equal(points.items(2, k), [[10 * w, 0, 0]])
 
 
-def _nan_then_reset(tmp_path, humanoid, humanoid_xml, path):
+def _nan_then_reset(tmp_path, humanoid, humanoid_xml, path, device="cpu"):
     """Every step recorded in blocks of 4; step 5 holds a NaN (refused), world 1 changes at step 6
     (a Warp capture, or set_variant on the array path) and world 0 at step 5, the refused frame."""
     mjm = humanoid
@@ -341,7 +350,7 @@ def _nan_then_reset(tmp_path, humanoid, humanoid_xml, path):
     blue = np.tile(np.float32([0, 0, 1, 1]), (mjm.ngeom, 1))
     green = np.tile(np.float32([0, 1, 0, 1]), (mjm.ngeom, 1))
     refused = []
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         m.geom_rgba = wp.array(np.tile(mjm.geom_rgba[None], (2, 1, 1)).astype(np.float32), dtype=wp.vec4)
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=2)
@@ -380,11 +389,11 @@ def _nan_then_reset(tmp_path, humanoid, humanoid_xml, path):
 
 @pytest.mark.parametrize("path", ["numpy-gather", "kernel", "numpy"])
 def test_variant_event_lands_on_its_frame_after_a_refused_frame(tmp_path, humanoid, humanoid_xml, monkeypatch,
-                                                                path):
+                                                                path, device):
     import mjarchive.record.warp as rw
 
     monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", path != "kernel")
-    blue, green = _nan_then_reset(tmp_path, humanoid, humanoid_xml, path)
+    blue, green = _nan_then_reset(tmp_path, humanoid, humanoid_xml, path, device)
     dt = humanoid.opt.timestep
     with mjarchive.open(tmp_path / "r") as archive:
         steps = np.round(archive.select().time / dt).astype(int).tolist()
@@ -457,7 +466,7 @@ def test_refused_captured_values_keep_the_frame(tmp_path, humanoid, humanoid_xml
 
 
 @pytest.mark.parametrize("gather", ["numpy", "kernel"])
-def test_warp_fields_replaced_at_the_same_address(tmp_path, humanoid, humanoid_xml, monkeypatch, gather):
+def test_warp_fields_replaced_at_the_same_address(tmp_path, humanoid, humanoid_xml, monkeypatch, gather, device):
     """Views of one array share its address: the capture follows their shape and strides, and a
     leading dimension n other than 1 or nworld gives world w row w % n, as mujoco_warp reads it."""
     import mjarchive.record.warp as rw
@@ -465,7 +474,7 @@ def test_warp_fields_replaced_at_the_same_address(tmp_path, humanoid, humanoid_x
     monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
     mjm = humanoid
     rgba8 = colours(8, mjm.ngeom)
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         big = wp.array(rgba8, dtype=wp.vec4)
         m.geom_rgba = big[0:4]  # rows 0..3: world w -> row w
@@ -499,13 +508,13 @@ SITE_XML = """<mujoco><worldbody><body pos="0 0 1"><freejoint/><geom type="spher
 <site name="s" size=".05" rgba="1 0 0 1"/></body></worldbody></mujoco>"""
 
 
-def test_warp_model_without_a_declared_field_warns(tmp_path):
+def test_warp_model_without_a_declared_field_warns(tmp_path, device):
     import warnings
 
     xml = tmp_path / "site.xml"
     xml.write_text(SITE_XML)
     mjm = mujoco.MjModel.from_xml_path(str(xml))
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         assert getattr(m, "site_rgba", None) is None
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=2)
@@ -524,7 +533,7 @@ def test_warp_model_without_a_declared_field_warns(tmp_path):
         assert archive.variant_event_counts["geom_rgba"] == 0
 
 
-def test_device_masks_capture_only_resetting_worlds(tmp_path, humanoid, humanoid_xml, monkeypatch):
+def test_device_masks_capture_only_resetting_worlds(tmp_path, humanoid, humanoid_xml, monkeypatch, device):
     """Kernel path with device reset masks: the row copies run one thread per selected world (not
     one per world × element), and only resetting worlds' rows are captured."""
     import mjarchive.record.warp as rw
@@ -533,8 +542,8 @@ def test_device_masks_capture_only_resetting_worlds(tmp_path, humanoid, humanoid
     mjm = humanoid
     rgba = colours(NWORLD, mjm.ngeom)
     new = colours(1, mjm.ngeom, shift=0.5)[0]
-    none = wp.zeros(NWORLD, dtype=wp.bool, device="cpu")
-    with wp.ScopedDevice("cpu"):
+    none = wp.zeros(NWORLD, dtype=wp.bool, device=device)
+    with wp.ScopedDevice(device):
         m = mjw.put_model(mjm)
         m.geom_rgba = wp.array(rgba, dtype=wp.vec4)
         d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)

@@ -1,4 +1,5 @@
-"""MuJoCo Warp backend on Warp's "cpu" device: kinematics agree with MuJoCo, renders agree with the CPU renderer."""
+"""MuJoCo Warp backend on Warp's "cpu" device, and on CUDA where there is one: kinematics agree with
+MuJoCo, renders agree with the CPU renderer."""
 
 from __future__ import annotations
 
@@ -15,8 +16,16 @@ from mjarchive.replay.backends.warp import unavailable
 pytest.importorskip("mujoco_warp")
 if unavailable():
     pytest.skip(unavailable(), allow_module_level=True)
+from conftest import warp_devices  # noqa: E402
+
 SIZE = (48, 64)
 N_FRAMES = 3
+
+
+@pytest.fixture(scope="module", params=[f"warp:{device}" for device in warp_devices()])
+def backend(request):
+    """The Warp backend on each device (`warp:cpu`, and `warp:cuda:0` where there is CUDA)."""
+    return request.param
 
 
 def _simulated_archive(path, xml, world_ids, n_frames, *, seed, qvel_scale, **create_options):
@@ -41,7 +50,7 @@ def humanoid_archive(tmp_path_factory, humanoid_xml):
                               N_FRAMES, seed=1, qvel_scale=1.0)
 
 
-def test_cpu_and_warp_kinematics_agree(humanoid_archive):
+def test_cpu_and_warp_kinematics_agree(humanoid_archive, backend):
     import mujoco_warp as mjw
     import warp as wp
 
@@ -58,7 +67,7 @@ def test_cpu_and_warp_kinematics_agree(humanoid_archive):
         mujoco.mj_camlight(model, d)
         for k in cpu:
             cpu[k].append(getattr(d, k).copy())
-    with wp.ScopedDevice("cpu"):
+    with wp.ScopedDevice(backend.split(":", 1)[1]):
         m = mjw.put_model(model)
         wd = mjw.put_data(model, mujoco.MjData(model), nworld=n)
         wd.qpos.assign(qpos.astype(np.float32))
@@ -75,9 +84,9 @@ def _body_mask(rgb):
     return rgb[..., 0].astype(int) - rgb[..., 2] > 30
 
 
-def test_warp_render_matches_cpu_render(humanoid_archive, tmp_path):
+def test_warp_render_matches_cpu_render(humanoid_archive, backend):
     kw = dict(camera="side", size=SIZE, quality="fast")
-    warp = list(mjarchive.iter_frames(humanoid_archive, backend="warp:cpu", **kw))
+    warp = list(mjarchive.iter_frames(humanoid_archive, backend=backend, **kw))
     cpu = list(mjarchive.iter_frames(humanoid_archive, backend="cpu", **kw))
     assert [(w, f) for w, f, _ in warp] == [(w, f) for w, f, _ in cpu]
     for (_, _, a), (_, _, b) in zip(warp, cpu):
@@ -88,28 +97,31 @@ def test_warp_render_matches_cpu_render(humanoid_archive, tmp_path):
         iou = (ma & mb).sum() / (ma | mb).sum()
         # Measured 0.97-1.0 here (48x64, three cameras); misses are silhouette pixels.
         assert iou >= 0.9, iou
-    # The same backend through render(): a video of the right length.
+
+
+def test_warp_render_writes_a_video(humanoid_archive, tmp_path, backend):
+    pytest.importorskip("imageio_ffmpeg", reason="mp4 output needs imageio-ffmpeg")
     out = mjarchive.render(humanoid_archive, tmp_path, worlds=[9], cameras=["side"], size=SIZE, quality="fast",
-                           backend="warp:cpu", progress=False)
+                           backend=backend, progress=False)
     import imageio.v2 as iio
 
     with iio.get_reader(out[0], format="FFMPEG") as reader:
         assert sum(1 for _ in reader) == N_FRAMES
 
 
-def test_warp_batches_smaller_than_unit_give_same_frames(humanoid_archive):
+def test_warp_batches_smaller_than_unit_give_same_frames(humanoid_archive, backend):
     from mjarchive.replay.render import RenderUnit, render_unit
 
-    one = render_unit(RenderUnit(str(humanoid_archive), None, 0, 1, (0, 1, 2), SIZE, "fast", "warp:cpu",
+    one = render_unit(RenderUnit(str(humanoid_archive), None, 0, 1, (0, 1, 2), SIZE, "fast", backend,
                                  warp_batch=1))
-    many = render_unit(RenderUnit(str(humanoid_archive), None, 0, 1, (0, 1, 2), SIZE, "fast", "warp:cpu",
+    many = render_unit(RenderUnit(str(humanoid_archive), None, 0, 1, (0, 1, 2), SIZE, "fast", backend,
                                   warp_batch=4))
     np.testing.assert_array_equal(one.rgb, many.rgb)
 
 
-def test_warp_refuses_what_it_cannot_draw_before_rendering(humanoid_archive):
+def test_warp_refuses_what_it_cannot_draw_before_rendering(humanoid_archive, backend):
     with pytest.raises(mjarchive.BackendError, match="sites.*backend='cpu'"):
-        next(mjarchive.iter_frames(humanoid_archive, camera="free", size=SIZE, backend="warp:cpu", scene="sites"))
+        next(mjarchive.iter_frames(humanoid_archive, camera="free", size=SIZE, backend=backend, scene="sites"))
 
 
 # -- packing (world, frame) states of several worlds into one batch ---------------------------------------
@@ -126,7 +138,7 @@ def multi_world_archive(tmp_path_factory, humanoid_xml):
 
 
 @pytest.fixture(scope="module")
-def one_world_batches(multi_world_archive):
+def one_world_batches(multi_world_archive, backend):
     """Reference: every (world, chunk) unit rendered on its own, one world per launch (camera 'side')."""
     from mjarchive.replay.render import RenderUnit, render_unit
 
@@ -134,7 +146,7 @@ def one_world_batches(multi_world_archive):
     for wid in PACK_WORLDS:
         for s in range(0, PACK_FRAMES, PACK_CHUNK):
             frames = tuple(range(s, min(s + PACK_CHUNK, PACK_FRAMES)))
-            r = render_unit(RenderUnit(str(multi_world_archive), None, wid, 1, frames, SIZE, "fast", "warp:cpu",
+            r = render_unit(RenderUnit(str(multi_world_archive), None, wid, 1, frames, SIZE, "fast", backend,
                                        warp_batch=PACK_CHUNK))
             out.update({(wid, f): rgb for f, rgb in zip(r.frames, r.rgb)})
     return out
@@ -142,9 +154,9 @@ def one_world_batches(multi_world_archive):
 
 @pytest.mark.parametrize("warp_batch", [None, 4])
 def test_packed_batches_give_the_same_pixels_as_one_world_batches(multi_world_archive, one_world_batches,
-                                                                  warp_batch):
+                                                                  warp_batch, backend):
     got = list(mjarchive.iter_frames(multi_world_archive, camera="side", size=SIZE, quality="fast",
-                                     backend="warp:cpu", warp_batch=warp_batch))
+                                     backend=backend, warp_batch=warp_batch))
     assert [(w, f) for w, f, _ in got] == [(w, f) for w in PACK_WORLDS for f in range(PACK_FRAMES)]
     for wid, f, rgb in got:
         np.testing.assert_array_equal(rgb, one_world_batches[wid, f], err_msg=f"world {wid} frame {f}")
@@ -152,7 +164,7 @@ def test_packed_batches_give_the_same_pixels_as_one_world_batches(multi_world_ar
     assert np.abs(got[0][2].astype(int) - got[PACK_FRAMES][2]).max() > 50
 
 
-def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_batches, monkeypatch):
+def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_batches, monkeypatch, backend):
     from mjarchive.archive.reader import Archive
     from mjarchive.replay.backends.warp import pack, render_packed, unpack
     from mjarchive.replay.render import RenderUnit
@@ -166,7 +178,7 @@ def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_ba
 
     monkeypatch.setattr(Archive, "select", recording_select)
 
-    units = [RenderUnit(str(multi_world_archive), None, wid, 1, fr, SIZE, "fast", "warp:cpu", warp_batch=4)
+    units = [RenderUnit(str(multi_world_archive), None, wid, 1, fr, SIZE, "fast", backend, warp_batch=4)
              for wid, fr in [(7, (4,)), (2, (0, 1)), (5, (2, 3)), (2, (2, 3)), (7, (0, 1))]]
     packed = list(pack(units, 3))
     assert [sum(len(fr) for _, fr in p.segments) for p in packed] == [3, 3, 3]  # units split across tasks
@@ -186,12 +198,13 @@ def test_packed_unit_reads_and_splits_in_order(multi_world_archive, one_world_ba
     assert [p.camera for p in pack([units[0], other, units[2]], 8)] == [1, 2, 1]
 
 
-def test_render_output_does_not_depend_on_packing(multi_world_archive, tmp_path):
+def test_render_output_does_not_depend_on_packing(multi_world_archive, tmp_path, backend):
+    pytest.importorskip("imageio_ffmpeg", reason="mp4 output needs imageio-ffmpeg")
     import imageio.v2 as iio
 
     def videos(out, **kw):
         paths = mjarchive.render(multi_world_archive, out, cameras=["side", "back"], size=SIZE, quality="fast",
-                                 backend="warp:cpu", progress=False, **kw)
+                                 backend=backend, progress=False, **kw)
         frames = {}
         for p in paths:
             with iio.get_reader(p, format="FFMPEG") as reader:
@@ -208,5 +221,5 @@ def test_render_output_does_not_depend_on_packing(multi_world_archive, tmp_path)
         np.testing.assert_array_equal(packed[name], one[name], err_msg=name)
         np.testing.assert_array_equal(packed[name], pool[name], err_msg=name)
     with pytest.raises(mjarchive.MjArchiveError, match="warp_batch"):
-        mjarchive.render(multi_world_archive, tmp_path / "bad", cameras=["side"], size=SIZE, backend="warp:cpu",
+        mjarchive.render(multi_world_archive, tmp_path / "bad", cameras=["side"], size=SIZE, backend=backend,
                          warp_batch=0, progress=False)
