@@ -18,6 +18,10 @@ import glob, io, os, tarfile
 parts = {os.path.basename(p): p for p in glob.glob("/tmp/g/payload.tar.xz.part*") + glob.glob(".gpu/payload.tar.xz.part*")}
 names = sorted(parts)
 print("payload parts:", names)
+expected = [f"payload.tar.xz.part{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(len(names))]
+if not names or names != expected:
+    raise SystemExit(f"payload parts missing (have {names}): the machine may have gone back between the calls "
+                     "that copy them to /tmp/g; copy them again, the calls right after one another")
 class Joined(io.RawIOBase):
     def __init__(self, paths): self.fs = [open(p, "rb") for p in paths]
     def readable(self): return True
