@@ -317,3 +317,23 @@ def test_a_refused_frame_costs_only_itself_on_the_warp_ring(tmp_path, mocap_xml,
             rec.close()
     with mjarchive.open(tmp_path / "wnan") as archive:
         assert_array_equal(archive.select().qpos[:, 0, 0], [n for n in range(14) if n != 9])
+
+
+def test_torch_cuda_side_stream_loses_no_frame(tmp_path, humanoid_xml):
+    """Tensors written and recorded on a side stream (torch.cuda.stream), the last block sealed by
+    close() outside it: each block's copy waits for its gathers."""
+    conv = _convert("torch-cuda")  # skips without CUDA
+    import torch
+
+    nq = mujoco.MjModel.from_xml_path(str(humanoid_xml)).nq
+    qpos, side, n = conv(np.zeros((NWORLD, nq), np.float32)), torch.cuda.Stream(), 11
+    rec = mjarchive.Recorder(tmp_path / "s", humanoid_xml, worlds=SEL, output_fps=1, block_frames=4, ring_buffers=2)
+    for f in range(n):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000)  # the writes below land late
+            qpos.fill_(float(f))
+            assert rec.record(qpos=qpos, time=float(f))
+    rec.close()  # on the default stream
+    with mjarchive.open(tmp_path / "s") as archive:
+        assert_array_equal(archive.select().qpos, np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None],
+                                                                  (n, len(SEL), nq)))

@@ -196,3 +196,66 @@ def test_benchmark_script_runs(tmp_path):
     assert metrics["check.bytes_copied_exact"] == "True"
     assert float(metrics["host_bytes_vs_readback_all"]) == 0.5
     assert not list(tmp_path.iterdir()), "the benchmark left scratch files behind"
+
+
+CUDA = [d for d in warp_devices() if d != "cpu"]
+
+
+@wp.kernel(enable_backward=False)
+def _slow_fill(q: wp.array2d(dtype=wp.float32), value: float, spins: int):
+    """q[:] = value, after a busy loop: the work a recorder's copy must wait for."""
+    i, j = wp.tid()
+    x = float(0.0)
+    for _ in range(spins):
+        x = wp.sin(x) + 1.0
+    q[i, j] = value + wp.min(x, 0.0)  # x >= 0: the loop stays, the value is exact
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("side", ["every frame, closed outside", "the later frames"])
+def test_cuda_side_stream_loses_no_frame(tmp_path, humanoid_xml, side):
+    """Frames recorded on a side stream (wp.ScopedStream), the last block sealed by close() outside it:
+    every block's copy waits for its gathers, whichever stream each frame ran on."""
+    import contextlib
+
+    mjm = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    n = 11  # not a multiple of block_frames: close() seals a partial block
+    with wp.ScopedDevice(CUDA[0]):
+        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
+        stream = wp.Stream(CUDA[0])
+        rec = mjarchive.Recorder(tmp_path / "s", humanoid_xml, worlds=[1, 6], output_fps=1, block_frames=4,
+                                 ring_buffers=2)
+        for f in range(n):
+            on_side = side.startswith("every") or f >= n // 2
+            with wp.ScopedStream(stream) if on_side else contextlib.nullcontext():
+                wp.launch(_slow_fill, dim=d.qpos.shape, inputs=[d.qpos, float(f), 200_000])
+                assert rec.record(d, time=float(f))
+        rec.close()
+    with mjarchive.open(tmp_path / "s") as archive:
+        assert_array_equal(archive.select().qpos, np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None],
+                                                                  (n, 2, mjm.nq)))
+
+
+def test_graph_capture_is_refused_and_costs_only_its_frame(tmp_path, humanoid, humanoid_xml, device):
+    """record() inside wp.ScopedCapture (Warp captures on the "cpu" device too) is refused before
+    anything is launched or counted: a reset given before it still lands on the next recorded frame, and
+    the refused call's overlays are not given to it."""
+    mjm, _m = humanoid
+    d = fresh_data(mjm, device)
+    with wp.ScopedDevice(device):
+        with mjarchive.Recorder(tmp_path / "g", humanoid_xml, worlds=[0, 3], output_fps=1, block_frames=2,
+                                overlays={"target": mjarchive.Overlay.points(max_count=4)}) as rec:
+            assert rec.record(d, time=0.0)
+            assert not rec.record(d, time=0.5, reset=np.arange(NWORLD) == 3)  # pending until the next frame
+            with wp.ScopedCapture(device=device):
+                with pytest.raises(mjarchive.AppendError, match="graph capture"):
+                    rec.record(d, time=1.0, overlays={"target": np.ones((NWORLD, 1, 3))})
+                with pytest.raises(mjarchive.AppendError, match="graph capture"):
+                    rec.record(d, time=1.5, reset=wp.zeros(NWORLD, dtype=wp.bool))
+            assert rec.record(d, time=2.0)
+    with mjarchive.open(tmp_path / "g") as archive:
+        assert archive.time.tolist() == [0.0, 2.0]
+        assert archive.episodes(3) == [range(0, 1), range(1, 2)]
+        assert archive.episodes(0) == [range(0, 2)]
+        target = archive.select().overlay("target")
+        assert len(target.items(1, 0)) == len(target.items(1, 1)) == 0

@@ -19,8 +19,9 @@ training thread waits for a copy at most once per ``block_frames * (ring_buffers
 library is imported only when an array of it arrives (its module is already loaded then). Reset
 masks of the arrays' own library are accumulated on their device, so passing a device ``done``
 mask every step never synchronizes. On CUDA, torch and CuPy gathers are queued on the library's
-current stream: arrays written on another stream (a Warp stack stepping on its own) must be
-synchronized with it first, as for any consumer of them.
+current stream, and a block's copy and event follow them on the stream of its last frame (which waits
+for an earlier frame's, if that differs): arrays written on another stream (a Warp stack stepping on its
+own) must be synchronized with it first, as for any consumer of them.
 
 A sequence of CPU `MjData` (`MjDataGatherer`) takes the same road in host memory: per recorded
 frame, one `np.concatenate` per field of views made once (of the fields in the MjData's own buffer;
@@ -404,12 +405,22 @@ class _Cupy(_NumpyLike):
         self.host_reset = [cupyx.empty_pinned(r.shape, bool) for r in self.dev_reset]
         for r in self.host_reset:
             r[:] = False
+        self._block_stream = None
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        # The block's gathers, copy and event share a stream (as _Torch.take explains).
+        current = self.xp.cuda.get_current_stream()
+        if self._block_stream is not None and current != self._block_stream:
+            current.wait_event(self._block_stream.record())
+        self._block_stream = current
+        return super().take(slot, j, arrays)
 
     def seal(self, slot: int, n: int) -> Any:
-        stream = self.xp.cuda.get_current_stream()
-        for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
-            self.xp.asnumpy(dev[:n], stream=stream, out=host[:n], blocking=False)
-        self.dev_reset[slot][:n] = False
+        stream, self._block_stream = self._block_stream or self.xp.cuda.get_current_stream(), None
+        with stream:
+            for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
+                self.xp.asnumpy(dev[:n], stream=stream, out=host[:n], blocking=False)
+            self.dev_reset[slot][:n] = False
         return stream.record()
 
     def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
@@ -447,6 +458,7 @@ class _Torch:
         with torch.inference_mode(False):  # a first call under inference_mode must not make them inference tensors
             self._allocate(arrays, sel, block_frames, ring_buffers)
         self._acc = None
+        self._block_stream = None  # CUDA: the stream the current block's gathers ran on
 
     def _allocate(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int) -> None:
         torch = self.torch
@@ -468,6 +480,14 @@ class _Torch:
         self._rows = [[[block[j] for block in blocks] for j in range(block_frames)] for blocks in self.dev]
 
     def take(self, slot: int, j: int, arrays: list) -> bool:
+        if self.cuda:
+            # The block's gathers, copy and event share a stream: the one current at this call, which
+            # first waits for an earlier frame's if that differs (a block filled inside
+            # `torch.cuda.stream(s)` and sealed outside it by close() is copied once its gathers ran).
+            current = self.torch.cuda.current_stream(self.device)
+            if self._block_stream is not None and current != self._block_stream:
+                current.wait_stream(self._block_stream)
+            self._block_stream = current
         index_select, idx = self.torch.index_select, self.idx
         for src, out in zip(arrays, self._rows[slot][j]):
             index_select(src.detach() if src.requires_grad else src, 0, idx, out=out)
@@ -486,11 +506,14 @@ class _Torch:
     def seal(self, slot: int, n: int) -> Any:
         if not self.cuda:
             return None
-        for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
-            host[:n].copy_(dev[:n], non_blocking=True)
-        self.dev_reset[slot][:n] = False
-        event = self.torch.cuda.Event()
-        event.record(self.torch.cuda.current_stream(self.device))
+        torch = self.torch
+        stream, self._block_stream = self._block_stream or torch.cuda.current_stream(self.device), None
+        with torch.cuda.stream(stream):
+            for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
+                host[:n].copy_(dev[:n], non_blocking=True)
+            self.dev_reset[slot][:n] = False
+            event = torch.cuda.Event()
+            event.record(stream)
         return event
 
     def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:

@@ -39,6 +39,10 @@ class BlockSink:
             declared[name].pack(name, value, len(sel), frame)
         self._overlay_frames[seq] = values
 
+    def drop_overlays(self, seq: int) -> None:
+        """Forget frame `seq`'s overlays: the frame was refused before it was gathered."""
+        self._overlay_frames.pop(seq, None)
+
     def append_block(self, times: np.ndarray, fields: dict[str, np.ndarray], reset: np.ndarray,
                      captured: Sequence = ()) -> None:
         """The gatherers' sink. A block the writer refuses (a NaN, say) keeps its good frames, as the

@@ -558,15 +558,18 @@ class Recorder:
     def _gather_if_due(self, source: Any, t: float, overlays: Any) -> bool:
         if not self._cadence.advance(t):
             return False
+        seq = self.frames_recorded
         if overlays:
-            self._sink.keep_overlays(overlays, self._sel, self._nworld, self.frames_recorded)
+            self._sink.keep_overlays(overlays, self._sel, self._nworld, seq)
+        host_reset = self._reset_acc[self._sel] if self._reset_pending else self._no_reset
+        try:
+            self._gatherer.gather(source, self._cadence.time, host_reset)
+        except BaseException:  # a refused frame costs only itself: its overlays go, pending resets stay
+            self._sink.drop_overlays(seq)
+            raise
         if self._reset_pending:
-            host_reset = self._reset_acc[self._sel]
             self._reset_acc[:] = False
             self._reset_pending = False
-        else:
-            host_reset = self._no_reset
-        self._gatherer.gather(source, self._cadence.time, host_reset)
         self.frames_recorded += 1
         self._gatherer.seal_if_full()  # a full block moves on; a refusal of an earlier frame is raised here
         return True

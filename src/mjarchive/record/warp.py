@@ -10,7 +10,10 @@ since device memory is host memory there). Kernel launches are recorded once and
 keeps the per-frame Python cost low. A block is
 handed to the writer (one `append` of ``block_frames`` frames) only when its ring slot is needed
 again, after waiting on the event recorded when the block filled, so the training thread
-synchronizes once per ``block_frames * (ring_buffers - 1)`` frames rather than per frame.
+synchronizes once per ``block_frames * (ring_buffers - 1)`` frames rather than per frame. On CUDA a
+block's gathers, its copy and its event run on the stream current at the `record()` calls that filled
+it (a later frame's stream first waits for an earlier one's), so recording inside `wp.ScopedStream` and
+closing outside it loses nothing. `record()` refuses to run inside a graph capture.
 
 Model variants (`WarpVariants`): at the first recorded frame and at each later frame where selected
 worlds may have reset, a small kernel lists those that did into the ring slot (an atomic counter,
@@ -143,7 +146,7 @@ class WarpGatherer:
                 self._dev_reset = [wp.zeros((block_frames, self.k), dtype=wp.uint8) for _ in range(ring_buffers)]
             else:  # device memory is host memory: gather straight into the host blocks
                 self._dev, self._dev_reset = self._host, self._host_reset
-        self._stream = wp.get_stream(self.device) if cuda else None
+        self._block_stream: Any = None  # CUDA: the stream the current block's gathers ran on
         self._host_np = [h.numpy() for h in self._host]
         self._sel_np = np.asarray(sel, dtype=np.intp)
         self._numpy_views: list[np.ndarray] | None = None
@@ -188,9 +191,9 @@ class WarpGatherer:
             return float(self._time_view[1][0])
         if self._time_host is None:
             self._time_host = wp.zeros(1, dtype=data.time.dtype, **self._host_kwargs)
-        wp.copy(self._time_host, data.time, count=1, stream=self._stream)
-        if self._stream is not None:
-            wp.synchronize_stream(self._stream)
+        stream = self.device.stream  # the simulation's, whose kernels wrote the time
+        wp.copy(self._time_host, data.time, count=1, stream=stream)
+        wp.synchronize_stream(stream)
         return float(self._time_host.numpy()[0])
 
     def accumulate_reset(self, mask: Any) -> None:
@@ -205,12 +208,16 @@ class WarpGatherer:
             raise AppendError(f"a Warp reset mask must be bool or int32, got {mask.dtype.__name__}")
         if mask.device != self.device:
             raise AppendError(f"reset mask is on {mask.device}, the Data on {self.device}")
+        self._refuse_capture()
         wp.launch(kernel, dim=self.k, inputs=[mask, self._idx, self._acc], device=self.device)
         self._device_reset_used = True
 
     def gather(self, data: Any, time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""
         slot, j = self._slot, self._fill
+        self._refuse_capture()
+        if self.device.is_cuda:
+            self._follow_stream()
         key = self._fields_of(data)  # the field arrays themselves: the same objects keep their memory
         if key != self._launch_key:  # identity comparisons (Warp arrays define no __eq__)
             self._record_launches(data, key)
@@ -231,6 +238,23 @@ class WarpGatherer:
         self._times[j] = time
         self._host_reset_rows[j] = host_reset
         self._fill += 1
+
+    def _refuse_capture(self) -> None:
+        """Before anything is launched or counted: a graph being captured (CUDA, or Warp's CPU capture)
+        would run the launches at its replays, long after this frame's bookkeeping."""
+        if self.device.is_capturing:
+            raise AppendError(
+                "record() cannot run inside a CUDA graph capture (wp.ScopedCapture): its copies and bookkeeping "
+                "happen at the call, not at each replay of the graph; call it between replays, outside the capture"
+            )
+
+    def _follow_stream(self) -> None:
+        """CUDA: the block's work goes on the stream current now; if an earlier frame of the block ran on
+        another, this one waits for it first, so the block's copy and event (on the last) cover every frame."""
+        current = self.device.stream
+        if self._block_stream is not None and current is not self._block_stream:
+            current.wait_stream(self._block_stream)
+        self._block_stream = current
 
     def seal_if_full(self) -> None:
         """After a gather: a full block starts its copy; may hand the oldest block to the sink."""
@@ -257,14 +281,15 @@ class WarpGatherer:
         """Close the current block: record its completion event, move to the next free slot."""
         if not self._fill:
             return
+        event = None
         if self._dev is not self._host:  # one asynchronous device→pinned-host copy per block
-            slot = self._slot
-            wp.copy(self._host[slot], self._dev[slot], count=self._fill * self.k * self.row, stream=self._stream)
+            slot, stream, self._block_stream = self._slot, self._block_stream, None
+            wp.copy(self._host[slot], self._dev[slot], count=self._fill * self.k * self.row, stream=stream)
             if self._device_reset_used:
-                wp.copy(self._host_reset[slot], self._dev_reset[slot], count=self._fill * self.k, stream=self._stream)
+                wp.copy(self._host_reset[slot], self._dev_reset[slot], count=self._fill * self.k, stream=stream)
             if self._variants is not None:
-                self._variants.seal(slot)
-        event = wp.get_stream(self.device).record_event() if self.device.is_cuda else None
+                self._variants.seal(slot, stream)
+            event = stream.record_event()
         self._pending.append((self._slot, event, self._times[: self._fill].copy(),
                               self._host_reset_rows[: self._fill].copy(), self._device_reset_used, self._fill))
         self._slot = (self._slot + 1) % self._ring
@@ -338,7 +363,6 @@ class WarpVariants:
             self._copy_stream = wp.Stream(device)
         else:  # device memory is host memory
             self._count_host, self._who_host, self._host = self._count, self._who, self._dev
-        self._stream = wp.get_stream(device) if cuda else None
         self._mask_set = False
         self._launches: list[tuple[tuple, Any, list]] = [((), None, [])] * ring_buffers
 
@@ -386,9 +410,10 @@ class WarpVariants:
         if acc is None and not any_host:
             return
         if any_host or self._mask_set:  # the device mask is left zero between host resets
-            if self._stream is not None:  # staged in the slot's pinned memory, which outlives the copy
+            if self.device.is_cuda:  # staged in the slot's pinned memory, which outlives the copy
                 self._mask_host[slot].numpy()[j] = mask
-                wp.copy(self._mask, self._mask_host[slot], src_offset=j * self.k, count=self.k, stream=self._stream)
+                wp.copy(self._mask, self._mask_host[slot], src_offset=j * self.k, count=self.k,
+                        stream=self.device.stream)
             else:
                 self._mask.numpy()[:] = mask
             self._mask_set = any_host
@@ -418,10 +443,10 @@ class WarpVariants:
         self._launches[slot] = (key, mark, rows)
         return mark, rows
 
-    def seal(self, slot: int) -> None:
-        """CUDA: queue the slot's capture count behind its block (read after the block's event)."""
-        if not self._numpy and self._stream is not None:
-            wp.copy(self._count_host[slot], self._count[slot], stream=self._stream)
+    def seal(self, slot: int, stream: Any) -> None:
+        """CUDA: queue the slot's capture count behind its block, on its `stream` (read after its event)."""
+        if not self._numpy:
+            wp.copy(self._count_host[slot], self._count[slot], stream=stream)
 
     def collect(self, slot: int) -> list[tuple[int, np.ndarray, dict[str, np.ndarray]]]:
         """The slot's captures, after its block's event: (frame j in block, selection positions, values)."""
@@ -432,13 +457,16 @@ class WarpVariants:
         if not n:
             return []
         self.rows_captured += n
-        if self._stream is not None:  # only the n captured rows cross
+        if self.device.is_cuda:  # only the n captured rows cross
             stream = self._copy_stream
             wp.copy(self._who_host[slot], self._who[slot], count=n, stream=stream)
             for name, dev in self._dev[slot].items():
                 wp.copy(self._host[slot][name].flatten(), dev.flatten(), count=n * dev.shape[1], stream=stream)
+            with wp.ScopedStream(stream, sync_enter=False):  # done before any later capture, on whatever stream
+                self._count[slot].zero_()
             wp.synchronize_stream(stream)
-        self._count[slot].zero_()  # on the simulation's stream: before the slot's next captures
+        else:
+            self._count[slot].zero_()
         who = self._who_host[slot].numpy()[:n]
         order = np.argsort(who, kind="stable")
         who = who[order]
