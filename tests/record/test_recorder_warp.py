@@ -212,21 +212,22 @@ def _slow_fill(q: wp.array2d(dtype=wp.float32), value: float, spins: int):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("side", ["every frame, closed outside", "the later frames"])
+@pytest.mark.parametrize("side", ["every frame, closed outside", "the later frames", "the earlier frames"])
 def test_cuda_side_stream_loses_no_frame(tmp_path, humanoid_xml, side):
-    """Frames recorded on a side stream (wp.ScopedStream), the last block sealed by close() outside it:
-    every block's copy waits for its gathers, whichever stream each frame ran on."""
+    """Frames recorded on a side stream (wp.ScopedStream: entering it waits for the default stream,
+    leaving it does not), blocks mixing both, the last one sealed by close() on the default stream:
+    every block's copy waits for all its gathers. A Data per frame: the test's own writes never race."""
     import contextlib
 
     mjm = mujoco.MjModel.from_xml_path(str(humanoid_xml))
-    n = 11  # not a multiple of block_frames: close() seals a partial block
+    n = 11  # blocks of 4 frames, frames 0-5 or 6-10 on the side stream: two blocks mix streams
     with wp.ScopedDevice(CUDA[0]):
-        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
+        datas = [mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD) for _ in range(n)]
         stream = wp.Stream(CUDA[0])
         rec = mjarchive.Recorder(tmp_path / "s", humanoid_xml, worlds=[1, 6], output_fps=1, block_frames=4,
                                  ring_buffers=2)
-        for f in range(n):
-            on_side = side.startswith("every") or f >= n // 2
+        for f, d in enumerate(datas):
+            on_side = {"every": True, "the later frames": f >= 6, "the earlier frames": f < 6}[side.split(",")[0]]
             with wp.ScopedStream(stream) if on_side else contextlib.nullcontext():
                 wp.launch(_slow_fill, dim=d.qpos.shape, inputs=[d.qpos, float(f), 200_000])
                 assert rec.record(d, time=float(f))
@@ -259,3 +260,27 @@ def test_graph_capture_is_refused_and_costs_only_its_frame(tmp_path, humanoid, h
         assert archive.episodes(0) == [range(0, 2)]
         target = archive.select().overlay("target")
         assert len(target.items(1, 0)) == len(target.items(1, 1)) == 0
+
+
+@pytest.mark.parametrize("gather", ["numpy", "kernel"])
+def test_a_first_call_inside_a_graph_capture_makes_nothing(tmp_path, humanoid, humanoid_xml, monkeypatch, gather,
+                                                           device):
+    """Refused before the ring is made (made inside the capture, its buffers would be filled only at
+    the graph's replays): recording afterwards stores exactly what it gets."""
+    import mjarchive.record.warp as rw
+
+    monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
+    mjm, _m = humanoid
+    d = fresh_data(mjm, device)
+    q = np.arange(NWORLD * mjm.nq, dtype=np.float32).reshape(NWORLD, mjm.nq)
+    with wp.ScopedDevice(device):
+        d.qpos.assign(q)
+        with mjarchive.Recorder(tmp_path / "f", humanoid_xml, worlds=[1, 6], output_fps=1) as rec:
+            with wp.ScopedCapture(device=device):
+                with pytest.raises(mjarchive.AppendError, match="graph capture"):
+                    rec.record(d, time=0.0, reset=np.arange(NWORLD) == 6)
+            for f in range(3):
+                assert rec.record(d, time=float(f + 1))
+    with mjarchive.open(tmp_path / "f") as archive:
+        assert_array_equal(archive.select().qpos, np.broadcast_to(q[[1, 6]], (3, 2, mjm.nq)))
+        assert not archive.select().reset.any()  # the refused call's reset was not taken either

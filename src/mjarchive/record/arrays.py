@@ -407,16 +407,23 @@ class _Cupy(_NumpyLike):
             r[:] = False
         self._block_stream = None
 
-    def take(self, slot: int, j: int, arrays: list) -> bool:
-        # The block's gathers, copy and event share a stream (as _Torch.take explains).
+    def _follow_stream(self) -> None:
+        """As _Torch._follow_stream."""
         current = self.xp.cuda.get_current_stream()
         if self._block_stream is not None and current != self._block_stream:
             current.wait_event(self._block_stream.record())
         self._block_stream = current
+
+    def take(self, slot: int, j: int, arrays: list) -> bool:
+        self._follow_stream()
         return super().take(slot, j, arrays)
 
+    def accumulate_reset(self, mask: Any) -> None:
+        self._follow_stream()
+        super().accumulate_reset(mask)
+
     def seal(self, slot: int, n: int) -> Any:
-        stream, self._block_stream = self._block_stream or self.xp.cuda.get_current_stream(), None
+        stream = self._block_stream or self.xp.cuda.get_current_stream()
         with stream:
             for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
                 self.xp.asnumpy(dev[:n], stream=stream, out=host[:n], blocking=False)
@@ -458,7 +465,8 @@ class _Torch:
         with torch.inference_mode(False):  # a first call under inference_mode must not make them inference tensors
             self._allocate(arrays, sel, block_frames, ring_buffers)
         self._acc = None
-        self._block_stream = None  # CUDA: the stream the current block's gathers ran on
+        self._block_stream = None  # CUDA: the stream of the latest gather or accumulated reset
+        self._acc_stream = None  # CUDA: the stream the reset accumulator was made on
 
     def _allocate(self, arrays: dict, sel: np.ndarray, block_frames: int, ring_buffers: int) -> None:
         torch = self.torch
@@ -479,35 +487,56 @@ class _Torch:
         # Views of each frame row, made once: indexing a tensor costs about 1 µs per call.
         self._rows = [[[block[j] for block in blocks] for j in range(block_frames)] for blocks in self.dev]
 
+    def _follow_stream(self) -> None:
+        """CUDA: the recorder's work goes on the stream current at this call, which first waits for the
+        one its previous work ran on if that differs. A block's gathers, copy and event then follow each
+        other (a block filled inside `torch.cuda.stream(s)` and sealed outside it by close() is copied
+        once its gathers ran), and so do the uses of the reset accumulator."""
+        current = self.torch.cuda.current_stream(self.device)
+        if self._block_stream is not None and current != self._block_stream:
+            current.wait_stream(self._block_stream)
+        self._block_stream = current
+
+    def _release_acc(self) -> None:
+        """Let go of the accumulator; made on another stream than its last use, it is kept from reuse
+        until that use ran (torch's caching allocator otherwise hands it out on its own stream)."""
+        if self._acc_stream != self._block_stream:
+            self._acc.record_stream(self._block_stream)
+        self._acc = None
+
     def take(self, slot: int, j: int, arrays: list) -> bool:
         if self.cuda:
-            # The block's gathers, copy and event share a stream: the one current at this call, which
-            # first waits for an earlier frame's if that differs (a block filled inside
-            # `torch.cuda.stream(s)` and sealed outside it by close() is copied once its gathers ran).
-            current = self.torch.cuda.current_stream(self.device)
-            if self._block_stream is not None and current != self._block_stream:
-                current.wait_stream(self._block_stream)
-            self._block_stream = current
+            self._follow_stream()
         index_select, idx = self.torch.index_select, self.idx
         for src, out in zip(arrays, self._rows[slot][j]):
             index_select(src.detach() if src.requires_grad else src, 0, idx, out=out)
         if self._acc is None:
             return False
         index_select(self._acc, 0, self.idx, out=self.dev_reset[slot][j])
-        self._acc = None
+        if self.cuda:
+            self._release_acc()
+        else:
+            self._acc = None
         return True
 
     def accumulate_reset(self, mask: Any) -> None:
         if mask.device != self.device:
             raise AppendError(f"the reset mask is on {mask.device}, the arrays on {self.device}")
         mask = mask.detach() != 0
-        self._acc = mask if self._acc is None else self._acc | mask
+        if not self.cuda:
+            self._acc = mask if self._acc is None else self._acc | mask
+            return
+        self._follow_stream()
+        acc = mask if self._acc is None else self._acc | mask
+        if self._acc is not None:
+            self._release_acc()
+        self._acc, self._acc_stream = acc, self._block_stream
 
     def seal(self, slot: int, n: int) -> Any:
         if not self.cuda:
             return None
         torch = self.torch
-        stream, self._block_stream = self._block_stream or torch.cuda.current_stream(self.device), None
+        stream = self._block_stream or torch.cuda.current_stream(self.device)
         with torch.cuda.stream(stream):
             for dev, host in zip([*self.dev[slot], self.dev_reset[slot]], [*self.host[slot], self.host_reset[slot]]):
                 host[:n].copy_(dev[:n], non_blocking=True)

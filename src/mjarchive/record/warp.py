@@ -95,6 +95,16 @@ def _capture_rows(src: wp.array2d(dtype=Any), idx: wp.array(dtype=wp.int32), pos
             dst[p, e] = src[r, e]
 
 
+def refuse_capture(device: Any) -> None:
+    """AppendError while `device` captures a graph (CUDA, or Warp's CPU capture): whatever the recorder
+    launched or allocated would only happen at the graph's replays, long after its bookkeeping."""
+    if device.is_capturing:
+        raise AppendError(
+            "record() cannot run inside a graph capture (wp.ScopedCapture): its copies and bookkeeping happen "
+            "at the call, not at each replay of the graph; call it between replays, outside the capture"
+        )
+
+
 def _rows(array: Any, nworld: int, name: str) -> Any:
     """A zero-copy (nworld, row) float32 view of a per-world Data field (vec3/quat rows flattened)."""
     if array.shape[0] != nworld or not array.is_contiguous:
@@ -112,6 +122,7 @@ class WarpGatherer:
                  block_frames: int, ring_buffers: int, sink: Callable[..., None],
                  variant_model: Any = None, variant_shapes: dict[str, tuple[int, ...]] | None = None):
         self.device = data.qpos.device
+        refuse_capture(self.device)  # before anything is allocated
         self.nworld = int(data.nworld)
         self.k = len(sel)
         self.block = block_frames
@@ -146,7 +157,7 @@ class WarpGatherer:
                 self._dev_reset = [wp.zeros((block_frames, self.k), dtype=wp.uint8) for _ in range(ring_buffers)]
             else:  # device memory is host memory: gather straight into the host blocks
                 self._dev, self._dev_reset = self._host, self._host_reset
-        self._block_stream: Any = None  # CUDA: the stream the current block's gathers ran on
+        self._block_stream: Any = None  # CUDA: the stream of the recorder's latest work (see _follow_stream)
         self._host_np = [h.numpy() for h in self._host]
         self._sel_np = np.asarray(sel, dtype=np.intp)
         self._numpy_views: list[np.ndarray] | None = None
@@ -182,6 +193,10 @@ class WarpGatherer:
             self._variants = None  # nothing to capture
 
     # -- per call --------------------------------------------------------------------------------
+    def refuse_capture(self) -> None:
+        """Called first in each record() call, before any reset is accumulated or frame counted."""
+        refuse_capture(self.device)
+
     def read_time(self, data: Any) -> float:
         """World 0's time: one scalar device→host copy (a synchronization point on CUDA)."""
         if not self.device.is_cuda:  # host memory: read through a zero-copy view, kept per array
@@ -208,14 +223,14 @@ class WarpGatherer:
             raise AppendError(f"a Warp reset mask must be bool or int32, got {mask.dtype.__name__}")
         if mask.device != self.device:
             raise AppendError(f"reset mask is on {mask.device}, the Data on {self.device}")
-        self._refuse_capture()
+        if self.device.is_cuda:
+            self._follow_stream()  # ordered with the frames' uses of the accumulator
         wp.launch(kernel, dim=self.k, inputs=[mask, self._idx, self._acc], device=self.device)
         self._device_reset_used = True
 
     def gather(self, data: Any, time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""
         slot, j = self._slot, self._fill
-        self._refuse_capture()
         if self.device.is_cuda:
             self._follow_stream()
         key = self._fields_of(data)  # the field arrays themselves: the same objects keep their memory
@@ -239,18 +254,11 @@ class WarpGatherer:
         self._host_reset_rows[j] = host_reset
         self._fill += 1
 
-    def _refuse_capture(self) -> None:
-        """Before anything is launched or counted: a graph being captured (CUDA, or Warp's CPU capture)
-        would run the launches at its replays, long after this frame's bookkeeping."""
-        if self.device.is_capturing:
-            raise AppendError(
-                "record() cannot run inside a CUDA graph capture (wp.ScopedCapture): its copies and bookkeeping "
-                "happen at the call, not at each replay of the graph; call it between replays, outside the capture"
-            )
-
     def _follow_stream(self) -> None:
-        """CUDA: the block's work goes on the stream current now; if an earlier frame of the block ran on
-        another, this one waits for it first, so the block's copy and event (on the last) cover every frame."""
+        """CUDA: the recorder's work goes on the stream current now; if its previous work (a gather, a
+        reset accumulated, this block's or the last one's) ran on another, this one waits for it first,
+        so a block's copy and event (on its last frame's stream) cover every frame, and the device scratch
+        shared by all frames (reset accumulator, capture positions, mask) is used in call order."""
         current = self.device.stream
         if self._block_stream is not None and current is not self._block_stream:
             current.wait_stream(self._block_stream)
@@ -283,7 +291,7 @@ class WarpGatherer:
             return
         event = None
         if self._dev is not self._host:  # one asynchronous device→pinned-host copy per block
-            slot, stream, self._block_stream = self._slot, self._block_stream, None
+            slot, stream = self._slot, self._block_stream
             wp.copy(self._host[slot], self._dev[slot], count=self._fill * self.k * self.row, stream=stream)
             if self._device_reset_used:
                 wp.copy(self._host_reset[slot], self._dev_reset[slot], count=self._fill * self.k, stream=stream)
@@ -361,6 +369,7 @@ class WarpVariants:
             # The rows of a drained slot are complete (its block's event passed): copying them on a
             # stream of their own waits for nothing the simulation queued since.
             self._copy_stream = wp.Stream(device)
+            self._zero_count = wp.zeros(1, dtype=wp.int32, device=device)
         else:  # device memory is host memory
             self._count_host, self._who_host, self._host = self._count, self._who, self._dev
         self._mask_set = False
@@ -462,8 +471,7 @@ class WarpVariants:
             wp.copy(self._who_host[slot], self._who[slot], count=n, stream=stream)
             for name, dev in self._dev[slot].items():
                 wp.copy(self._host[slot][name].flatten(), dev.flatten(), count=n * dev.shape[1], stream=stream)
-            with wp.ScopedStream(stream, sync_enter=False):  # done before any later capture, on whatever stream
-                self._count[slot].zero_()
+            wp.copy(self._count[slot], self._zero_count, stream=stream)  # done before any later capture
             wp.synchronize_stream(stream)
         else:
             self._count[slot].zero_()
