@@ -261,7 +261,6 @@ class WarpTrajectoryRecorder(_FlygymRecorder):
                                      f"n_worlds={self.n_worlds}")
             self._gatherer = WarpGatherer(mjw_data, self.worlds, nq=self._mj.nq, nmocap=self._mj.nmocap, tracks={},
                                           sink=self._sink.append_block, **self._block_args)
-        self._gatherer.refuse_capture()
         return self._record(mjw_data, self._gatherer.read_time(mjw_data))  # flygym's clock: world 0's time
 
 

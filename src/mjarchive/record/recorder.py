@@ -505,7 +505,6 @@ class Recorder:
         return self._record_warp_frame(data, reset, time, overlays)
 
     def _record_warp_frame(self, data: Any, reset: Any, time: Any, overlays: Any) -> bool:
-        self._gatherer.refuse_capture()
         if reset is not None:
             if library_of(reset) == "warp":
                 self._gatherer.accumulate_reset(reset)

@@ -192,11 +192,8 @@ class WarpGatherer:
         if self._variants is not None and not self._variants.shapes:
             self._variants = None  # nothing to capture
 
-    # -- per call --------------------------------------------------------------------------------
-    def refuse_capture(self) -> None:
-        """Called first in each record() call, before any reset is accumulated or frame counted."""
-        refuse_capture(self.device)
-
+    # -- per call: what launches or copies refuses a graph capture first; a call that does neither (a
+    # frame not due, its time given) costs nothing more ----------------------------------------------
     def read_time(self, data: Any) -> float:
         """World 0's time: one scalar device→host copy (a synchronization point on CUDA)."""
         if not self.device.is_cuda:  # host memory: read through a zero-copy view, kept per array
@@ -204,6 +201,7 @@ class WarpGatherer:
             if self._time_view is None or self._time_view[0] is not times:
                 self._time_view = (times, times.numpy())
             return float(self._time_view[1][0])
+        refuse_capture(self.device)
         if self._time_host is None:
             self._time_host = wp.zeros(1, dtype=data.time.dtype, **self._host_kwargs)
         stream = self.device.stream  # the simulation's, whose kernels wrote the time
@@ -223,6 +221,7 @@ class WarpGatherer:
             raise AppendError(f"a Warp reset mask must be bool or int32, got {mask.dtype.__name__}")
         if mask.device != self.device:
             raise AppendError(f"reset mask is on {mask.device}, the Data on {self.device}")
+        refuse_capture(self.device)
         if self.device.is_cuda:
             self._follow_stream()  # ordered with the frames' uses of the accumulator
         wp.launch(kernel, dim=self.k, inputs=[mask, self._idx, self._acc], device=self.device)
@@ -231,6 +230,7 @@ class WarpGatherer:
     def gather(self, data: Any, time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""
         slot, j = self._slot, self._fill
+        refuse_capture(self.device)  # before anything is launched or counted (a refused frame costs only itself)
         if self.device.is_cuda:
             self._follow_stream()
         key = self._fields_of(data)  # the field arrays themselves: the same objects keep their memory
