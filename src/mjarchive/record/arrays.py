@@ -498,8 +498,8 @@ class _Torch:
         self._block_stream = current
 
     def _release_acc(self) -> None:
-        """Let go of the accumulator; made on another stream than its last use, it is kept from reuse
-        until that use ran (torch's caching allocator otherwise hands it out on its own stream)."""
+        """Let go of the accumulator; made on another CUDA stream than its last use, it is kept from
+        reuse until that use ran (torch's caching allocator otherwise hands it out on its own stream)."""
         if self._acc_stream != self._block_stream:
             self._acc.record_stream(self._block_stream)
         self._acc = None
@@ -513,20 +513,15 @@ class _Torch:
         if self._acc is None:
             return False
         index_select(self._acc, 0, self.idx, out=self.dev_reset[slot][j])
-        if self.cuda:
-            self._release_acc()
-        else:
-            self._acc = None
+        self._release_acc()
         return True
 
     def accumulate_reset(self, mask: Any) -> None:
         if mask.device != self.device:
             raise AppendError(f"the reset mask is on {mask.device}, the arrays on {self.device}")
         mask = mask.detach() != 0
-        if not self.cuda:
-            self._acc = mask if self._acc is None else self._acc | mask
-            return
-        self._follow_stream()
+        if self.cuda:
+            self._follow_stream()
         acc = mask if self._acc is None else self._acc | mask
         if self._acc is not None:
             self._release_acc()
