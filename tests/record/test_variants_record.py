@@ -504,6 +504,39 @@ def test_warp_fields_replaced_at_the_same_address(tmp_path, humanoid, humanoid_x
         assert_array_equal(archive.variant(1, f3 - 1)["geom_rgba"], rgba8[1])
 
 
+@pytest.mark.parametrize("gather", ["numpy", "kernel"])
+def test_warp_refused_first_frame_leaves_the_first_capture_to_the_next(tmp_path, humanoid, humanoid_xml, monkeypatch,
+                                                                      gather, device):
+    """A first frame refused for a badly shaped variant field (after a refused call made the capture)
+    captures nothing; the frame then recorded first captures every selected world, as a first does."""
+    import mjarchive.record.warp as rw
+
+    monkeypatch.setattr(rw, "CPU_NUMPY_GATHER", gather == "numpy")
+    mjm = humanoid
+    rgba = colours(NWORLD, mjm.ngeom)
+    with wp.ScopedDevice(device):
+        m = mjw.put_model(mjm)
+        d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=NWORLD)
+        with mjarchive.Recorder(tmp_path / "f", humanoid_xml, worlds=[1, 3], sim_model=m, output_fps=fps(mjm),
+                                variant_fields="geom_rgba", block_frames=2) as rec:
+            with pytest.raises(mjarchive.AppendError, match="reset must have shape"):  # the capture is made
+                rec.record(d, time=0.0, reset=wp.zeros(NWORLD + 1, dtype=wp.bool))
+            m.geom_rgba = wp.array(np.zeros((NWORLD, mjm.ngeom + 1, 4), np.float32), dtype=wp.vec4)
+            with pytest.raises(mjarchive.BackendError, match="geom_rgba has shape"):
+                rec.record(d, time=0.0)
+            assert rec.frames_recorded == 0
+            m.geom_rgba = wp.array(rgba, dtype=wp.vec4)
+            for n in range(1, 4):  # the refused frame at time 0 took its place in the cadence
+                rec.record(d, time=n * EVERY * mjm.opt.timestep)
+    assert rec._gatherer._variants.rows_captured == 2
+    with mjarchive.open(tmp_path / "f") as archive:
+        assert archive.n_frames == 3
+        for w in (1, 3):
+            assert archive.variant_changes(w).tolist() == []
+            assert_array_equal(archive.variant(w, 0)["geom_rgba"], rgba[w])
+            assert_array_equal(archive.variant(w, 2)["geom_rgba"], rgba[w])
+
+
 SITE_XML = """<mujoco><worldbody><body pos="0 0 1"><freejoint/><geom type="sphere" size=".1"/>
 <site name="s" size=".05" rgba="1 0 0 1"/></body></worldbody></mujoco>"""
 

@@ -400,19 +400,20 @@ class WarpVariants:
     def capture(self, slot: int, j: int, host_reset: np.ndarray, acc: Any) -> None:
         """At frame j of ring slot `slot`: capture the worlds reset since the last frame (`host_reset`
         from NumPy masks, `acc` the device accumulator or None), every world at the first frame."""
-        first, self._first = self._first, False
+        first = self._first  # cleared only once a capture went through: a refused frame is not the first
         if self._numpy:
             mask = np.ones(self.k, bool) if first else host_reset.copy()
             if acc is not None:
                 mask |= acc.numpy().astype(bool)  # zero-copy on the "cpu" device
             pos = np.flatnonzero(mask)
-            self.rows_captured += pos.size
             if pos.size:
                 values = {}
                 for name, shape in self.shapes.items():
                     src = self._source(name)
                     values[name] = src.numpy()[self._sel[pos] % src.shape[0]].reshape(pos.size, *shape)
                 self._events[slot].append((j, pos, values))
+            self.rows_captured += pos.size
+            self._first = False
             return
         mask = np.ones(self.k, np.uint8) if first else host_reset.astype(np.uint8)
         any_host = first or bool(host_reset.any())
@@ -431,6 +432,7 @@ class WarpVariants:
         mark.launch()
         for cmd in rows:
             cmd.launch()
+        self._first = False
 
     def _recorded(self, slot: int, acc: Any) -> tuple[Any, list]:
         """The slot's launches, recorded once per set of field arrays (replayed: little Python per frame)."""
