@@ -337,3 +337,66 @@ def test_torch_cuda_side_stream_loses_no_frame(tmp_path, humanoid_xml):
     with mjarchive.open(tmp_path / "s") as archive:
         assert_array_equal(archive.select().qpos, np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None],
                                                                   (n, len(SEL), nq)))
+
+
+def test_jax_traced_values_are_refused(tmp_path, mocap_xml):
+    """record() or record_rollout() inside jax.jit or vmap sees tracers: refused, first call or later,
+    and for a traced reset; nothing is recorded for them and the concrete calls around them are kept."""
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    jnp = jax.numpy
+    z = dict(mocap_pos=jnp.zeros((4, 1, 3)), mocap_quat=jnp.ones((4, 1, 4)))
+    rec = mjarchive.Recorder(tmp_path / "j", mocap_xml, output_fps=100)
+
+    def inside(time, reset=False):
+        def step(q):
+            rec.record(qpos=q, **z, time=time, reset=(q[:, 0] > 0) if reset else None)
+            return q
+        return step
+
+    q = jnp.ones((4, 7))
+    for traced, time in ((jax.jit(inside(0.0)), 0.0), (jax.vmap(inside(0.0), in_axes=1, out_axes=1), 0.0)):
+        with pytest.raises(mjarchive.AppendError, match="traced JAX values for qpos"):
+            traced(q)
+    assert rec.record(qpos=q, **z, time=0.0)
+    with pytest.raises(mjarchive.AppendError, match="traced JAX values for qpos"):
+        jax.jit(inside(0.01))(q)
+    with pytest.raises(mjarchive.AppendError, match="traced JAX values for reset"):
+        jax.jit(lambda r: rec.record(qpos=q, **z, time=0.02, reset=r))(jnp.ones(4, bool))
+    assert rec.record(qpos=q * 3, **z, time=0.03)
+    steps = dict(qpos=jnp.stack([q * 4, q * 5]), mocap_pos=jnp.stack([z["mocap_pos"]] * 2),
+                 mocap_quat=jnp.stack([z["mocap_quat"]] * 2))
+    with pytest.raises(mjarchive.AppendError, match="traced JAX values for mocap_pos, mocap_quat, qpos, time"):
+        jax.jit(lambda s, t: rec.record_rollout(**s, time=t))(steps, jnp.float32([0.04, 0.05]))
+    assert rec.record_rollout(**steps, time=np.array([0.04, 0.05])) == 2
+    rec.close()
+    with mjarchive.open(tmp_path / "j") as archive:
+        assert_array_equal(archive.select().qpos[:, 0, 0], [1.0, 3.0, 4.0, 5.0])
+        assert archive.episodes(0)[0].start == 0 and len(archive.episodes(0)) == 1  # the traced reset is not kept
+
+
+def test_torch_cuda_graph_capture_is_refused(tmp_path, mocap_xml):
+    """Inside torch.cuda.graph the gathers would run only at replays: refused before anything is
+    allocated or queued (a first call, a later one, a reset), and the recording goes on after it."""
+    conv = _convert("torch-cuda")  # skips without CUDA
+    import torch
+
+    z = dict(mocap_pos=conv(np.zeros((4, 1, 3))), mocap_quat=conv(np.ones((4, 1, 4))))
+    q, all_reset = conv(np.ones((4, 7))), conv(np.ones(4, bool))  # no host→device copy inside the capture
+    fresh = mjarchive.Recorder(tmp_path / "first", mocap_xml, output_fps=1)
+    rec = mjarchive.Recorder(tmp_path / "g", mocap_xml, output_fps=1, block_frames=2)
+    assert rec.record(qpos=q, **z, time=0.0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        doubled = q * 2  # something to capture
+        for recorder in (fresh, rec):
+            with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
+                recorder.record(qpos=doubled, **z, time=1.0)
+        with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
+            rec.record(qpos=doubled, **z, time=1.5, reset=all_reset)
+    graph.replay()
+    assert rec.record(qpos=doubled, **z, time=2.0)
+    rec.close()
+    fresh.close()
+    with mjarchive.open(tmp_path / "g") as archive:
+        assert_array_equal(archive.select().qpos[:, 0, 0], [1.0, 2.0])
+        assert len(archive.episodes(0)) == 1

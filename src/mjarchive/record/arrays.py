@@ -40,7 +40,7 @@ import numpy as np
 
 from .._errors import AppendError
 
-__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "to_host", "LIBRARIES"]
+__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "refuse_traced", "to_host", "LIBRARIES"]
 
 #: The array libraries `library_of` recognizes, by the top-level module of the array's type.
 LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
@@ -59,6 +59,18 @@ def to_host(x: Any) -> np.ndarray:
     if library == "cupy":
         return x.get()
     return np.asarray(x)
+
+
+def refuse_traced(values: dict[str, Any]) -> None:
+    """AppendError for JAX values being traced (a call inside `jax.jit`, `vmap`, `lax.scan`, `grad`):
+    they hold no frame yet, and the recorder would run once, at tracing, not at each step."""
+    jax = sys.modules.get("jax")
+    traced = [] if jax is None else [n for n, v in values.items() if isinstance(v, jax.core.Tracer)]
+    if traced:
+        raise AppendError(f"got traced JAX values for {', '.join(traced)}: the recorder was called inside jax.jit, "
+                          "vmap or lax.scan, where it would run once, at tracing. Call it outside, on what the "
+                          "jitted function returns (state = step(state); rec.record(state.data), or "
+                          "rec.record_rollout(states) after a scan)")
 
 
 def on_host(library: str, arrays: dict[str, Any]) -> bool:
@@ -118,6 +130,7 @@ class ArrayGatherer:
         self._explain_mismatch(arrays)
 
     def _explain_mismatch(self, arrays: dict[str, Any]) -> None:
+        refuse_traced(arrays)
         if arrays.keys() != set(self.names):
             raise AppendError(f"record() got fields {sorted(arrays)}, but earlier calls had {sorted(self.names)}")
         for name, _kind, shape, dtype in self._expected:
@@ -138,6 +151,8 @@ class ArrayGatherer:
             raise AppendError(f"reset must be a mask over all {nworld} worlds, shape ({nworld},); got {tuple(mask.shape)}")
         if not _is_bool_or_int(mask.dtype):
             raise AppendError(f"reset must be a boolean (or integer) mask, got dtype {mask.dtype}")
+        if self.library == "jax":
+            refuse_traced({"reset": mask})
         self._lib.accumulate_reset(mask)
 
     def take_device_resets(self, into: np.ndarray) -> None:
@@ -153,6 +168,8 @@ class ArrayGatherer:
         slot, j = self._slot, self._fill
         try:
             self._device_reset[slot] |= self._lib.take(slot, j, [arrays[n] for n in self.names])
+        except AppendError:
+            raise
         except (RuntimeError, TypeError, ValueError, IndexError) as exc:  # e.g. a tensor moved to another device
             raise AppendError(f"gathering the selected worlds failed: {exc}") from exc
         self.bytes_copied += self.k * self.row_bytes
@@ -462,6 +479,8 @@ class _Torch:
             if a.dtype in (torch.bfloat16, torch.float16) or a.is_complex():
                 raise AppendError(f"{name} has dtype {a.dtype}; record float32 or float64 tensors")
         self.itemsize = {n: a.element_size() for n, a in arrays.items()}
+        if self.cuda:
+            self._refuse_capture()  # before anything is allocated (in the graph's private pool otherwise)
         with torch.inference_mode(False):  # a first call under inference_mode must not make them inference tensors
             self._allocate(arrays, sel, block_frames, ring_buffers)
         self._acc = None
@@ -487,6 +506,15 @@ class _Torch:
         # Views of each frame row, made once: indexing a tensor costs about 1 µs per call.
         self._rows = [[[block[j] for block in blocks] for j in range(block_frames)] for blocks in self.dev]
 
+    def _refuse_capture(self) -> None:
+        """CUDA: AppendError inside a graph capture (`torch.cuda.graph`), whose gathers and copies would
+        only run at the graph's replays, long after this frame's bookkeeping (~1 µs: recorded frames and
+        resets only)."""
+        if self.torch.cuda.is_current_stream_capturing():
+            raise AppendError("record() cannot run inside a CUDA graph capture (torch.cuda.graph): its gathers "
+                              "and copies would run at the graph's replays, not at the call; call it between "
+                              "replays, outside the capture")
+
     def _follow_stream(self) -> None:
         """CUDA: the recorder's work goes on the stream current at this call, which first waits for the
         one its previous work ran on if that differs. A block's gathers, copy and event then follow each
@@ -506,6 +534,7 @@ class _Torch:
 
     def take(self, slot: int, j: int, arrays: list) -> bool:
         if self.cuda:
+            self._refuse_capture()
             self._follow_stream()
         index_select, idx = self.torch.index_select, self.idx
         for src, out in zip(arrays, self._rows[slot][j]):
@@ -519,9 +548,10 @@ class _Torch:
     def accumulate_reset(self, mask: Any) -> None:
         if mask.device != self.device:
             raise AppendError(f"the reset mask is on {mask.device}, the arrays on {self.device}")
-        mask = mask.detach() != 0
         if self.cuda:
+            self._refuse_capture()
             self._follow_stream()
+        mask = mask.detach() != 0
         acc = mask if self._acc is None else self._acc | mask
         if self._acc is not None:
             self._release_acc()

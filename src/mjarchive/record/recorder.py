@@ -32,7 +32,7 @@ import numpy as np
 
 from .._errors import AppendError, BackendError, ClosedError, MjArchiveError
 from ..archive.writer import ArchiveWriter, as_bundle, create
-from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_host
+from .arrays import ArrayGatherer, MjDataGatherer, is_mjx_data, library_of, on_host, refuse_traced
 from .block_sink import BlockSink
 from .cadence import Cadence
 from .overlay_frames import select_overlays
@@ -312,6 +312,7 @@ class Recorder:
                                "rollout's variant values with rec.set_variant(world_ids, field=...)")
         shapes = self._field_shapes()
         arrays, time, reset, backend = rollout.rollout_arrays(states, arrays, time, reset, shapes)
+        refuse_traced({**arrays, "time": time, "reset": reset})  # a call inside the jitted rollout itself
         if arrays.keys() != shapes.keys():
             arrays = ordered_fields(arrays, shapes)
         signature = [(type(a), tuple(getattr(a, "shape", ())), getattr(a, "dtype", None)) for a in arrays.values()]
@@ -528,6 +529,7 @@ class Recorder:
                               "arrays carry no clock")
         gatherer = self._gatherer
         if gatherer is None or not isinstance(gatherer, ArrayGatherer):
+            refuse_traced({**arrays, "reset": reset, "time": time})
             library = library_of(arrays["qpos"])
             if library is None:
                 raise AppendError(f"qpos is a {type(arrays['qpos']).__module__}.{type(arrays['qpos']).__name__}; "
