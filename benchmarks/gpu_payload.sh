@@ -10,7 +10,8 @@
 #
 # Then, one device call per part but the last, each carrying that part only and copying it aside:
 #   mkdir -p /tmp/g && cp .gpu/payload.tar.xz.partaa /tmp/g/
-# and at once (a machine stays warm 30 s after a call) the last, carrying the last part:
+# and at once (a machine stays warm 30 s after a call) the last, carrying the last part and .gpu/gl (the
+# GL loaders, Debian's .deb files, for MuJoCo's own renderer through the NVIDIA driver's EGL):
 #   bash benchmarks/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,14 @@ find "$scratch/site" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf .gpu && mkdir .gpu
 tar -C "$scratch/site" -cf - . | xz -9e -T0 > "$scratch/payload.tar.xz"
 split -b "$PART_BYTES" "$scratch/payload.tar.xz" .gpu/payload.tar.xz.part
+# The GL loaders the device README names (the image has none); without them step 5 leaves out the
+# comparison of Warp's renders with MuJoCo's renderer, and says so.
+apt_opts=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists="$scratch/apt")
+mkdir -p "$scratch/apt/partial" .gpu/gl
+if apt-get "${apt_opts[@]}" -qq update && (cd .gpu/gl && apt-get "${apt_opts[@]}" -qq download \
+        libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2); then
+    ls .gpu/gl
+else
+    echo "GL loaders not downloaded: the device check will leave out the comparison with MuJoCo's renderer" >&2
+fi
 ls -l .gpu
