@@ -328,3 +328,113 @@ def test_a_state_with_named_tracks(tmp_path, mocap_xml):
     got = _read(tmp_path / "a")
     for key in ("qpos", "reward", "reset", "time"):
         assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+def _failing_once(monkeypatch, at_call, exc):
+    """rollout.gather_rows raising `exc` at its `at_call`-th call (0-based), as a device can (out of memory)."""
+    real, calls = rollout_module.gather_rows, []
+
+    def gather_rows(*args):
+        calls.append(1)
+        if len(calls) == at_call + 1:
+            raise exc
+        return real(*args)
+
+    monkeypatch.setattr(rollout_module, "gather_rows", gather_rows)
+
+
+def test_a_failed_gather_records_nothing_and_the_same_rollout_can_be_retried(tmp_path, mocap_xml, monkeypatch):
+    """A device failure while gathering the rollout's only part: an AppendError, nothing recorded, the
+    cadence and pending resets (a device mask given to record() between frames) as before the call,
+    so handing over the same rollout again keeps exactly what per-step recording keeps."""
+    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, reset = _rollout(model)
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()},
+                            block_frames=4) as rec:
+        for n in range(20):  # a device reset of world 4 at step 19, no frame there
+            rec.record(time=n * DT, reset=jnp.asarray(np.arange(NWORLD) == 4) if n == 19 else None,
+                       **{k: jnp.asarray(v[n]) for k, v in fields.items()})
+        recorded = rec.frames_recorded
+        rest = dict(time=jnp.asarray(np.arange(20, STEPS) * DT), **{k: jnp.asarray(v[20:]) for k, v in fields.items()})
+        _failing_once(monkeypatch, 0, RuntimeError("RESOURCE_EXHAUSTED: out of memory"))
+        with pytest.raises(mjarchive.AppendError, match="nothing of it was recorded.*RESOURCE_EXHAUSTED"):
+            rec.record_rollout(**rest)
+        assert rec.frames_recorded == recorded
+        rec.record_rollout(**rest)
+    frames = expected_steps(30, 1.0, DT, STEPS)
+    got = _read(tmp_path / "a")
+    assert_array_equal(got["time"], np.asarray(frames) * DT)
+    assert_array_equal(got["qpos"], fields["qpos"][np.ix_(frames, SEL)])
+    first_after = next(i for i, f in enumerate(frames) if f >= 20)
+    assert got["reset"][first_after].tolist() == [False, True, False]
+
+
+def test_a_gather_failing_in_a_later_part_says_what_was_recorded(tmp_path, mocap_xml, monkeypatch):
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, reset = _rollout(model)
+    frames = expected_steps(30, 1.0, DT, STEPS)
+    monkeypatch.setattr(rollout_module, "MAX_BLOCK_BYTES", 3 * len(SEL) * (model.nq + 8) * 4)  # 3 frames a part
+    _failing_once(monkeypatch, 2, RuntimeError("CUDA out of memory"))
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
+        with pytest.raises(mjarchive.AppendError, match=rf"at its step {frames[6]}: its 6 frames before that step "
+                                                        rf"were recorded, the {len(frames) - 6} from it on were not"):
+            rec.record_rollout(time=np.arange(STEPS) * DT, reset=reset, **fields)
+        assert rec.frames_recorded == 6
+    assert_array_equal(_read(tmp_path / "a")["qpos"], fields["qpos"][np.ix_(frames[:6], SEL)])
+
+
+def test_fields_on_two_devices_are_refused_before_anything_changes(tmp_path, mocap_xml):
+    torch = pytest.importorskip("torch", reason="torch is not installed (no CPU wheel from PyPI here)")
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, reset = _rollout(model, steps=10)
+    tensors = {k: torch.from_numpy(v) for k, v in fields.items()}
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, tracks={"reward": ()}) as rec:
+        with pytest.raises(mjarchive.AppendError, match="reward is on meta, qpos on cpu: pass every field on one"):
+            rec.record_rollout(time=np.arange(10) * DT, **dict(tensors, reward=tensors["reward"].to("meta")))
+        assert rec.record_rollout(time=np.arange(10) * DT, **tensors) == len(expected_steps(30, 1.0, DT, 10))
+
+
+def test_torch_cuda_reset_given_on_a_side_stream_reaches_the_next_rollout(tmp_path, mocap_xml):
+    """A reset mask accumulated on a side stream whose work lands late, then a rollout on the default
+    stream: the rollout's copy of the accumulator waits for it."""
+    conv = _convert("torch-cuda")  # skips without CUDA
+    import torch
+
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, _ = _rollout(model, steps=40)
+    dev = {k: conv(v) for k, v in fields.items()}
+    side = torch.cuda.Stream()
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
+        for n in range(10):  # frames at steps 0, 4, 7; world 4 resets at step 9, no frame there
+            with torch.cuda.stream(side):
+                reset = None
+                if n == 9:
+                    torch.cuda._sleep(1_000_000_000)  # the mask below is written late
+                    reset = torch.arange(NWORLD, device="cuda") == 4
+                rec.record(time=n * DT, reset=reset, **{k: v[n] for k, v in dev.items()})
+        rec.record_rollout(time=np.arange(10, 40) * DT, **{k: v[10:] for k, v in dev.items()})
+    frames = expected_steps(30, 1.0, DT, 40)
+    got = _read(tmp_path / "a")
+    assert_array_equal(got["qpos"], fields["qpos"][np.ix_(frames, SEL)])
+    assert got["reset"][frames.index(10)].tolist() == [False, True, False]
+
+
+def test_torch_cuda_rollout_inside_a_graph_capture_is_refused(tmp_path, mocap_xml):
+    conv = _convert("torch-cuda")  # skips without CUDA
+    import torch
+
+    model = mujoco.MjModel.from_xml_path(str(mocap_xml))
+    fields, _ = _rollout(model, steps=10)
+    dev = {k: conv(v) for k, v in fields.items()}
+    t = np.arange(10) * DT
+    graph = torch.cuda.CUDAGraph()
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
+        with torch.cuda.graph(graph):
+            doubled = dev["qpos"] * 2  # something to capture
+            with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
+                rec.record_rollout(time=t, **dict(dev, qpos=doubled))
+        graph.replay()
+        assert rec.frames_recorded == 0
+        assert rec.record_rollout(time=t, **dict(dev, qpos=doubled)) == len(expected_steps(30, 1.0, DT, 10))
+    assert_array_equal(_read(tmp_path / "a")["qpos"], 2 * fields["qpos"][np.ix_(expected_steps(30, 1.0, DT, 10), SEL)])

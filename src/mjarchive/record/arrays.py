@@ -158,10 +158,9 @@ class ArrayGatherer:
     def take_device_resets(self, into: np.ndarray) -> None:
         """OR the resets accumulated on the device since the last gathered frame into `into`, a host
         mask over all worlds (a rollout recorded after `record()` calls carries them on)."""
-        acc = self._lib._acc
-        if acc is not None:
-            into |= to_host(acc) != 0
-            self._lib._acc = None
+        host = self._lib.take_reset_host()
+        if host is not None:
+            into |= host
 
     def gather(self, arrays: dict[str, Any], time: float, host_reset: np.ndarray) -> None:
         """Gather one frame of the selected worlds into the ring (`seal_if_full` then moves a full block on)."""
@@ -369,7 +368,8 @@ def drain_all(gatherer: Any) -> None:
 # -- per-library gathers --------------------------------------------------------------------------
 # Each adapter: take(slot, j, arrays) gathers frame j of ring slot `slot` and returns whether device
 # resets were taken with it; seal(slot, n) starts the block's copy to the host; wait(slot, handle, n)
-# returns ([host array (n, k, ...) per field], device reset rows (n, k) bool).
+# returns ([host array (n, k, ...) per field], device reset rows (n, k) bool); take_reset_host() hands
+# the resets accumulated since the last frame to a rollout.
 
 class _NumpyLike:
     """NumPy: gather into host blocks. CuPy reuses it with device blocks and a copy at seal."""
@@ -399,6 +399,12 @@ class _NumpyLike:
     def accumulate_reset(self, mask: Any) -> None:
         mask = mask != 0
         self._acc = mask if self._acc is None else self._acc | mask
+
+    def take_reset_host(self) -> np.ndarray | None:
+        """The resets accumulated since the last gathered frame as a host mask over all worlds (or
+        None), let go of: a rollout recorded next carries them on."""
+        acc, self._acc = self._acc, None
+        return None if acc is None else to_host(acc) != 0
 
     def seal(self, slot: int, n: int) -> Any:
         return None
@@ -438,6 +444,11 @@ class _Cupy(_NumpyLike):
     def accumulate_reset(self, mask: Any) -> None:
         self._follow_stream()
         super().accumulate_reset(mask)
+
+    def take_reset_host(self) -> np.ndarray | None:
+        if self._acc is not None:
+            self._follow_stream()  # the copy (on the current stream) after the accumulator's last update
+        return super().take_reset_host()
 
     def seal(self, slot: int, n: int) -> Any:
         stream = self._block_stream or self.xp.cuda.get_current_stream()
@@ -557,6 +568,17 @@ class _Torch:
             self._release_acc()
         self._acc, self._acc_stream = acc, self._block_stream
 
+    def take_reset_host(self) -> np.ndarray | None:
+        """As _NumpyLike.take_reset_host; on CUDA the copy follows the accumulator's stream."""
+        if self._acc is None:
+            return None
+        if self.cuda:
+            self._refuse_capture()
+            self._follow_stream()
+        host = self._acc.cpu().numpy()  # synchronous, on the current stream
+        self._release_acc()
+        return host
+
     def seal(self, slot: int, n: int) -> Any:
         if not self.cuda:
             return None
@@ -609,6 +631,10 @@ class _Jax:
 
     def accumulate_reset(self, mask: Any) -> None:
         self._acc = (mask != 0) if self._acc is None else self._or(self._acc, mask)
+
+    def take_reset_host(self) -> np.ndarray | None:
+        acc, self._acc = self._acc, None
+        return None if acc is None else np.asarray(acc)
 
     def seal(self, slot: int, n: int) -> Any:
         return None

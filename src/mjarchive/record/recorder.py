@@ -303,7 +303,9 @@ class Recorder:
         frames × worlds × a row's bytes in the arrays' own dtypes: `row_bytes` for float32) and handed
         to the writer as one block. A frame the writer refuses (a NaN, say) is left out: the rollout's
         other frames are kept and the refusal is raised after them, as is one of a frame from earlier
-        `record()` calls, handed over first.
+        `record()` calls, handed over first. A gather that fails (out of device memory, say) raises an
+        AppendError: in a rollout's first part it changes nothing, so the same call can be made again;
+        in a later one it says which steps were recorded.
         """
         if self._closed:
             raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")
@@ -335,6 +337,7 @@ class Recorder:
                 self._gatherer.drain_all()
             except AppendError as exc:
                 refused = exc
+        before = vars(self._cadence).copy(), self._reset_acc.copy()  # device resets taken in
         due, stamps = self._cadence.advance_many(times)
         pending = self._reset_acc[self._sel]
         rows, tail = rollout.frame_resets(mask, due, pending, len(self._sel))
@@ -344,7 +347,13 @@ class Recorder:
         per_part = max(1, rollout.MAX_BLOCK_BYTES // max(1, len(self._sel) * row_bytes))
         for a in range(0, len(due), per_part):
             part = slice(a, a + per_part)
-            fields = rollout.gather_rows(library, arrays, due[part], self._sel)
+            try:
+                fields = rollout.gather_rows(library, arrays, due[part], self._sel)
+            except (RuntimeError, TypeError, ValueError, IndexError, MemoryError) as exc:  # out of device memory, say
+                error = self._rollout_gather_failed(exc, a, due, before, refused)
+                if error is exc:
+                    raise
+                raise error from exc
             self._rollout_bytes += len(due[part]) * len(self._sel) * row_bytes
             self.frames_recorded += len(due[part])
             try:  # a refused frame (a NaN, say) costs neither its part's other frames nor later parts
@@ -354,6 +363,22 @@ class Recorder:
         if refused is not None:
             raise refused
         return len(due)
+
+    def _rollout_gather_failed(self, exc: Exception, done: int, due: np.ndarray, before: tuple,
+                               refused: AppendError | None) -> AppendError:
+        """The error for a rollout whose gather failed after `done` of its frames were handed over; with
+        none handed over, the cadence and pending resets go back to what they were before the call."""
+        earlier = f"; a frame before it was refused too: {refused}" if refused else ""
+        if done:
+            return AppendError(f"gathering the rollout's frames failed at its step {int(due[done])}: its {done} "
+                               f"frames before that step were recorded, the {len(due) - done} from it on were not "
+                               f"({exc}){earlier}")
+        vars(self._cadence).update(before[0])
+        self._reset_acc[:] = before[1]
+        self._reset_pending = bool(before[1].any())
+        if isinstance(exc, AppendError) and not refused:
+            return exc
+        return AppendError(f"gathering the rollout's frames failed; nothing of it was recorded ({exc}){earlier}")
 
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record values of declared `variant_fields` for recorded worlds, in force from `frame` on.

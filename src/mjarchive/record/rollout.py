@@ -73,16 +73,27 @@ def check_rollout(arrays: dict[str, Any], shapes: dict[str, tuple[int, ...]]) ->
     steps, nworld = q[0], q[1]
     if nworld < 1:
         raise AppendError(f"qpos has shape {q}: no worlds; a rollout's qpos is (steps, nworld, nq)")
+    device = _device_of(library, arrays["qpos"])
     for name, shape in shapes.items():
         a = arrays[name]
         if library_of(a) != library:
             raise AppendError(f"{name} is a {type(a).__module__}.{type(a).__name__}, qpos a {library} array: "
                               "pass every field in one library")
+        if _device_of(library, a) != device:
+            raise AppendError(f"{name} is on {_device_of(library, a)}, qpos on {device}: pass every field on one "
+                              "device")
         if tuple(a.shape) != (steps, nworld, *shape):
             raise AppendError(f"{name} has shape {tuple(a.shape)}; expected (steps, nworld, "
                               f"{', '.join(map(str, shape))}) = {(steps, nworld, *shape)}")
         row_itemsize(name, a)
     return library, steps, nworld
+
+
+def _device_of(library: str, a: Any) -> Any:
+    """Where a field lies: torch's and CuPy's device, JAX's set of devices (None for NumPy)."""
+    if library == "jax":
+        return a.devices()
+    return getattr(a, "device", None) if library in ("torch", "cupy") else None
 
 
 def row_itemsize(name: str, a: Any) -> int:
@@ -178,6 +189,9 @@ def _take2(library: str, a: Any, steps: np.ndarray | None, sel: np.ndarray) -> A
         import torch
 
         a = a.detach()
+        if a.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise AppendError("record_rollout() cannot run inside a CUDA graph capture (torch.cuda.graph): its "
+                              "copies to the host would invalidate it; call it on what the graph's replay left")
         s = torch.as_tensor(sel, device=a.device)
         if steps is None:
             return a[:, s]
@@ -185,8 +199,9 @@ def _take2(library: str, a: Any, steps: np.ndarray | None, sel: np.ndarray) -> A
     if library == "cupy":
         import cupy
 
-        s = cupy.asarray(sel)
-        return a[:, s] if steps is None else a[cupy.asarray(steps)[:, None], s[None, :]]
+        with a.device:  # the index arrays and the gather on the array's own GPU, not the current one
+            s = cupy.asarray(sel)
+            return a[:, s] if steps is None else a[cupy.asarray(steps)[:, None], s[None, :]]
     import jax.numpy as jnp  # jax
 
     s = jnp.asarray(sel.astype(np.int32))
