@@ -223,3 +223,68 @@ def test_render_output_does_not_depend_on_packing(multi_world_archive, tmp_path,
     with pytest.raises(mjarchive.MjArchiveError, match="warp_batch"):
         mjarchive.render(multi_world_archive, tmp_path / "bad", cameras=["side"], size=SIZE, backend=backend,
                          warp_batch=0, progress=False)
+
+
+CLOTH_XML = """<mujoco><worldbody><light pos="0 0 3" dir="0 0 -1"/>
+<geom type="plane" size="2 2 .1" rgba=".2 .3 .8 1"/>
+<camera name="top" pos="0 -1.2 1.4" xyaxes="1 0 0 0 .75 .66"/>
+<flexcomp name="cloth" type="grid" count="6 6 1" spacing=".08 .08 .08" pos="0 0 .6" radius=".01" dim="2"
+          rgba=".9 .5 .1 1"><edge equality="true"/></flexcomp>
+</worldbody></mujoco>"""
+
+
+def test_a_falling_cloth_renders_the_same_in_any_batch(tmp_path, backend):
+    """Flex normals are sums over faces: summed in a fixed order (mujoco-warp's deterministic atomics),
+    a cloth's pixels do not depend on the batch it is rendered in, nor on the run (CUDA's atomics
+    would otherwise add in any order)."""
+    xml = tmp_path / "cloth.xml"
+    xml.write_text(CLOTH_XML)
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    d = mujoco.MjData(model)
+    with mjarchive.create(tmp_path / "c", xml, n_worlds=2) as writer:
+        for _ in range(3):
+            for _ in range(20):
+                mujoco.mj_step(model, d)
+            writer.append(d.time, np.stack([d.qpos, d.qpos]))
+    kw = dict(camera="top", size=(24, 32), quality="fast", backend=backend)
+    packed = [rgb for _, _, rgb in mjarchive.iter_frames(tmp_path / "c", **kw)]
+    again = [rgb for _, _, rgb in mjarchive.iter_frames(tmp_path / "c", **kw)]
+    one = [rgb for _, _, rgb in mjarchive.iter_frames(tmp_path / "c", warp_batch=1, **kw)]
+    assert len(packed) == 6
+    cloth = [(rgb[..., 0].astype(int) - rgb[..., 2] > 60).sum() for rgb in packed]  # orange on blue
+    assert min(cloth) > 20, cloth
+    for a, b, c in zip(packed, again, one):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_a_renderer_keeps_the_device_it_was_made_on(humanoid_xml, backend):
+    """"cuda" is resolved once, to the context current when the renderer is made; a device Warp does
+    not have is refused by name."""
+    from mjarchive.replay.backends.warp import WarpRenderer
+
+    model = mujoco.MjModel.from_xml_path(str(humanoid_xml))
+    device = backend.split(":", 1)[1]
+    alias = "cuda" if device.startswith("cuda") else device
+    with WarpRenderer(model, (8, 8), device=alias, nworld=1) as renderer:
+        assert renderer.device == device
+    with pytest.raises(mjarchive.BackendError, match="no device 'cuda:97'"):
+        WarpRenderer(model, (8, 8), device="cuda:97", nworld=1)
+
+
+def test_renderers_on_cpu_and_cuda_in_two_threads(humanoid_archive):
+    """Warp's current device and streams are process-wide: renderers on the CPU and on CUDA in two
+    threads at once give the frames each gives alone."""
+    if len(warp_devices()) < 2:
+        pytest.skip("needs Warp's CUDA device too")
+    kw = dict(camera="side", size=SIZE, quality="fast")
+
+    def frames(backend):
+        return [rgb for _ in range(3) for _, _, rgb in mjarchive.iter_frames(humanoid_archive, backend=backend, **kw)]
+
+    alone = {b: frames(b) for b in ("warp:cpu", "warp:cuda:0")}
+    with ThreadPoolExecutor(2) as pool:
+        together = dict(zip(alone, pool.map(frames, alone)))
+    for b in alone:
+        for a, t in zip(alone[b], together[b]):
+            np.testing.assert_array_equal(a, t, err_msg=b)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import threading
 from collections.abc import Iterable, Iterator
 
 import mujoco
@@ -102,6 +103,9 @@ def _unpack_rgb_kernel(wp):
     return _UNPACK_KERNEL
 
 
+_WARP_CALLS = threading.Lock()  # held by a renderer while it sets up or renders (see render_batch)
+
+
 def default_device() -> str:
     """'cuda' when Warp sees a GPU, else Warp's 'cpu' device."""
     wp, _ = _import()
@@ -145,14 +149,20 @@ class WarpRenderer:
         self.model = model
         self.size = (int(size[0]), int(size[1]))
         self.quality = quality
-        self.device = device or default_device()
+        try:  # "cuda" names the context current now: kept as "cuda:N", not looked up again at each call
+            self.device = str(wp.get_device(device or default_device()))
+        except Exception as exc:
+            raise BackendError(f"MuJoCo Warp has no device {device!r} here: {exc}") from None
         self.nworld = int(nworld or batch_size(model, self.size, self.device, memory_budget))
         self._tendon = needs_tendon_stage(model)
         try:
-            with wp.ScopedDevice(self.device):
+            with _WARP_CALLS, wp.ScopedDevice(self.device):
                 data = mujoco.MjData(model)  # not forwarded: no contacts or constraints to carry
                 self.m = mjw.put_model(model)
                 self.d = mjw.put_data(model, data, nworld=self.nworld, nconmax=1, njmax=1)
+            determinism = getattr(mjw, "DeterminismType", None)  # mujoco-warp 4.0 on
+            if determinism is not None and hasattr(self.m.opt, "deterministic"):  # flex normals summed in a fixed order: pixels do not depend on the batch
+                self.m.opt.deterministic = int(self.m.opt.deterministic) | int(determinism.ATOMICS)
         except Exception as exc:
             raise BackendError(f"MuJoCo Warp could not load the model on device {self.device!r}: {exc}") from None
         self._contexts: dict[tuple[int, bool], object] = {}
@@ -268,39 +278,43 @@ class WarpRenderer:
         n = len(qpos)
         if not 0 < n <= self.nworld:
             raise BackendError(f"a batch holds 1..{self.nworld} states, got {n}")
-        cid = self.camera_id(camera)
-        self._set_variants(variants, n)
-        rc = self._context(cid, dynamic_rays=bool(variants) and "cam_fovy" in variants and not isinstance(camera, View))
+        # Warp's current device and each device's current stream are process-wide: renderers in other
+        # threads (an executor's) must not switch them between these launches and copies.
+        with _WARP_CALLS:
+            cid = self.camera_id(camera)
+            self._set_variants(variants, n)
+            per_world_fovy = bool(variants) and "cam_fovy" in variants and not isinstance(camera, View)
+            rc = self._context(cid, dynamic_rays=per_world_fovy)
 
-        def fill(dst, src):  # dst: (nworld, ...) of scalars or vectors; src: (n, ...) as numpy gives it
-            full = np.empty((dst.shape[0], *np.shape(src)[1:]), dtype=np.float32)
-            full[:n] = src
-            full[n:] = src[-1]  # pad the batch with copies of the last state; their pixels are dropped
-            dst.assign(full)
+            def fill(dst, src):  # dst: (nworld, ...) of scalars or vectors; src: (n, ...) as numpy gives it
+                full = np.empty((dst.shape[0], *np.shape(src)[1:]), dtype=np.float32)
+                full[:n] = src
+                full[n:] = src[-1]  # pad the batch with copies of the last state; their pixels are dropped
+                dst.assign(full)
 
-        with wp.ScopedDevice(self.device):
-            fill(self.d.qpos, qpos)
-            if self.model.nmocap and mocap_pos is not None:
-                fill(self.d.mocap_pos, mocap_pos)
-                fill(self.d.mocap_quat, mocap_quat)
-            mjw.kinematics(self.m, self.d)
-            mjw.com_pos(self.m, self.d)
-            if self._tendon:
-                mjw.tendon(self.m, self.d)
-            if self.model.nflex:
-                mjw.flex(self.m, self.d)
-            mjw.camlight(self.m, self.d)
-            if isinstance(camera, View):
-                self._set_view(cid, camera, poses, n)
-            mjw.refit_bvh(self.m, self.d, rc)
-            mjw.render(self.m, self.d, rc)
-            # Unpack on the device and copy only the n used states, 3 bytes a pixel: the host then
-            # receives ready RGB instead of shuffling 4-byte packed pixels itself.
-            h, w = self.size
-            if self._rgb is None:
-                self._rgb = wp.empty((self.nworld, h * w, 3), dtype=wp.uint8)
-            wp.launch(_unpack_rgb_kernel(wp), dim=(n, h * w), inputs=[rc.rgb_data], outputs=[self._rgb])
-            return self._rgb[:n].numpy().reshape(n, h, w, 3)
+            with wp.ScopedDevice(self.device):
+                fill(self.d.qpos, qpos)
+                if self.model.nmocap and mocap_pos is not None:
+                    fill(self.d.mocap_pos, mocap_pos)
+                    fill(self.d.mocap_quat, mocap_quat)
+                mjw.kinematics(self.m, self.d)
+                mjw.com_pos(self.m, self.d)
+                if self._tendon:
+                    mjw.tendon(self.m, self.d)
+                if self.model.nflex:
+                    mjw.flex(self.m, self.d)
+                mjw.camlight(self.m, self.d)
+                if isinstance(camera, View):
+                    self._set_view(cid, camera, poses, n)
+                mjw.refit_bvh(self.m, self.d, rc)
+                mjw.render(self.m, self.d, rc)
+                # Unpack on the device and copy only the n used states, 3 bytes a pixel: the host then
+                # receives ready RGB instead of shuffling 4-byte packed pixels itself.
+                h, w = self.size
+                if self._rgb is None:
+                    self._rgb = wp.empty((self.nworld, h * w, 3), dtype=wp.uint8)
+                wp.launch(_unpack_rgb_kernel(wp), dim=(n, h * w), inputs=[rc.rgb_data], outputs=[self._rgb])
+                return self._rgb[:n].numpy().reshape(n, h, w, 3)
 
     def close(self) -> None:
         self._closed = True
