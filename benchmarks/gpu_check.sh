@@ -81,9 +81,11 @@ timeout $(budget 100) python3 benchmarks/bench_replay.py --only warp --device cu
 timeout $(budget 90) python3 benchmarks/bench_views.py --device cuda --only warp --only scene --warp-size 240x320 --repeats 2 2>&1 | tee $OUT/views.txt
 log "replay done"
 # 5. The CUDA tests of tests/record and tests/replay: the Warp recorder, variants capture and Warp
-#    replay on "cuda:0", and the torch-CUDA / JAX-GPU array paths (their ids say cuda or gpu). The
-#    comparison with MuJoCo's own renderer runs where the probe above rendered, else it is left out.
+#    replay on "cuda:0", and the torch-CUDA / JAX-GPU array and rollout paths (their ids say cuda or
+#    gpu). The comparison with MuJoCo's own renderer runs where the probe above rendered, else it is
+#    left out.
 timeout $(budget 180) python3 -m pytest -q -p no:cacheprovider -k "(${GPU_CHECK_TESTS:-cuda or gpu})$NOT_GL" \
     tests/record/test_recorder_warp.py tests/record/test_variants_record.py tests/record/test_recorder_arrays.py \
+    tests/record/test_rollout.py \
     tests/replay/test_render_warp.py 2>&1 | tail -60 | tee $OUT/tests.txt
 log "all done"

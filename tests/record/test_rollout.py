@@ -371,17 +371,24 @@ def test_a_failed_gather_records_nothing_and_the_same_rollout_can_be_retried(tmp
 
 
 def test_a_gather_failing_in_a_later_part_says_what_was_recorded(tmp_path, mocap_xml, monkeypatch):
+    """The frames before the failed part are kept; the resets of the frames after it are not lost:
+    they start the next recorded frame's episodes."""
     model = mujoco.MjModel.from_xml_path(str(mocap_xml))
     fields, reset = _rollout(model)
     frames = expected_steps(30, 1.0, DT, STEPS)
+    reset[frames[8] - 1, SEL[0]] = True  # in the part that fails (frames 6..8)
     monkeypatch.setattr(rollout_module, "MAX_BLOCK_BYTES", 3 * len(SEL) * (model.nq + 8) * 4)  # 3 frames a part
     _failing_once(monkeypatch, 2, RuntimeError("CUDA out of memory"))
     with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
         with pytest.raises(mjarchive.AppendError, match=rf"at its step {frames[6]}: its 6 frames before that step "
-                                                        rf"were recorded, the {len(frames) - 6} from it on were not"):
+                                                        rf"were recorded, the {len(frames) - 6} from it on were not.*"
+                                                        "hand over fewer steps per call"):
             rec.record_rollout(time=np.arange(STEPS) * DT, reset=reset, **fields)
         assert rec.frames_recorded == 6
-    assert_array_equal(_read(tmp_path / "a")["qpos"], fields["qpos"][np.ix_(frames[:6], SEL)])
+        rec.record_rollout(time=(STEPS + np.arange(5)) * DT, **{k: v[:5] for k, v in fields.items()})
+    got = _read(tmp_path / "a")
+    assert_array_equal(got["qpos"][:6], fields["qpos"][np.ix_(frames[:6], SEL)])
+    assert got["reset"][6].tolist() == [True, False, True]  # world 1 at frame 8's step, world 5 at the last step
 
 
 def test_fields_on_two_devices_are_refused_before_anything_changes(tmp_path, mocap_xml):
@@ -427,14 +434,21 @@ def test_torch_cuda_rollout_inside_a_graph_capture_is_refused(tmp_path, mocap_xm
     model = mujoco.MjModel.from_xml_path(str(mocap_xml))
     fields, _ = _rollout(model, steps=10)
     dev = {k: conv(v) for k, v in fields.items()}
-    t = np.arange(10) * DT
+    frames = expected_steps(30, 1.0, DT, 10)
     graph = torch.cuda.CUDAGraph()
-    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()}) as rec:
+    t, t_dev = np.arange(10, 20) * DT, conv(np.arange(10, 20) * DT)  # made before the capture
+    with mjarchive.Recorder(tmp_path / "a", mocap_xml, worlds=SEL, output_fps=30, tracks={"reward": ()},
+                            block_frames=8) as rec:
+        for n in range(10):  # a block of earlier record() calls left unsealed: the rollout would copy it
+            rec.record(time=n * DT, **{k: v[n] for k, v in dev.items()})
         with torch.cuda.graph(graph):
             doubled = dev["qpos"] * 2  # something to capture
-            with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
-                rec.record_rollout(time=t, **dict(dev, qpos=doubled))
+            for time in (t, t_dev):
+                with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
+                    rec.record_rollout(time=time, **dict(dev, qpos=doubled))
         graph.replay()
-        assert rec.frames_recorded == 0
-        assert rec.record_rollout(time=t, **dict(dev, qpos=doubled)) == len(expected_steps(30, 1.0, DT, 10))
-    assert_array_equal(_read(tmp_path / "a")["qpos"], 2 * fields["qpos"][np.ix_(expected_steps(30, 1.0, DT, 10), SEL)])
+        assert rec.frames_recorded == len(frames)
+        assert rec.record_rollout(time=t, **dict(dev, qpos=doubled)) == 3  # steps 10, 14, 17
+    got = _read(tmp_path / "a")["qpos"]
+    assert_array_equal(got[:len(frames)], fields["qpos"][np.ix_(frames, SEL)])
+    assert_array_equal(got[len(frames):], 2 * fields["qpos"][np.ix_([0, 4, 7], SEL)])

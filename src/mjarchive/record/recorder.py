@@ -314,7 +314,9 @@ class Recorder:
                                "rollout's variant values with rec.set_variant(world_ids, field=...)")
         shapes = self._field_shapes()
         arrays, time, reset, backend = rollout.rollout_arrays(states, arrays, time, reset, shapes)
-        refuse_traced({**arrays, "time": time, "reset": reset})  # a call inside the jitted rollout itself
+        given = {**arrays, "time": time, "reset": reset}
+        refuse_traced(given)  # a call inside the jitted rollout itself
+        rollout.refuse_capture(given)  # before anything is copied (blocks of earlier record() calls too)
         if arrays.keys() != shapes.keys():
             arrays = ordered_fields(arrays, shapes)
         signature = [(type(a), tuple(getattr(a, "shape", ())), getattr(a, "dtype", None)) for a in arrays.values()]
@@ -350,7 +352,7 @@ class Recorder:
             try:
                 fields = rollout.gather_rows(library, arrays, due[part], self._sel)
             except (RuntimeError, TypeError, ValueError, IndexError, MemoryError) as exc:  # out of device memory, say
-                error = self._rollout_gather_failed(exc, a, due, before, refused)
+                error = self._rollout_gather_failed(exc, a, due, rows, before, refused)
                 if error is exc:
                     raise
                 raise error from exc
@@ -364,21 +366,26 @@ class Recorder:
             raise refused
         return len(due)
 
-    def _rollout_gather_failed(self, exc: Exception, done: int, due: np.ndarray, before: tuple,
+    def _rollout_gather_failed(self, exc: Exception, done: int, due: np.ndarray, rows: np.ndarray, before: tuple,
                                refused: AppendError | None) -> AppendError:
         """The error for a rollout whose gather failed after `done` of its frames were handed over; with
-        none handed over, the cadence and pending resets go back to what they were before the call."""
+        none handed over, the cadence and pending resets go back to what they were before the call;
+        otherwise the resets of the frames not recorded start the next recorded frame's episodes."""
         earlier = f"; a frame before it was refused too: {refused}" if refused else ""
+        hint = "if the device ran out of memory, hand over fewer steps per call"
         if done:
+            self._reset_acc[self._sel] |= rows[done:].any(axis=0)
+            self._reset_pending = bool(self._reset_acc.any())
             return AppendError(f"gathering the rollout's frames failed at its step {int(due[done])}: its {done} "
                                f"frames before that step were recorded, the {len(due) - done} from it on were not "
-                               f"({exc}){earlier}")
+                               f"({exc}); {hint}{earlier}")
         vars(self._cadence).update(before[0])
         self._reset_acc[:] = before[1]
         self._reset_pending = bool(before[1].any())
         if isinstance(exc, AppendError) and not refused:
             return exc
-        return AppendError(f"gathering the rollout's frames failed; nothing of it was recorded ({exc}){earlier}")
+        return AppendError(f"gathering the rollout's frames failed; nothing of it was recorded, so the same call can "
+                           f"be made again ({exc}); {hint}{earlier}")
 
     def set_variant(self, world_ids: Any, frame: int | None = None, **fields: Any) -> None:
         """Record values of declared `variant_fields` for recorded worlds, in force from `frame` on.

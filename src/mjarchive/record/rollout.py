@@ -17,6 +17,7 @@ The rows reach the writer as one block (in parts of at most `MAX_BLOCK_BYTES`).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from .._errors import AppendError
 from .arrays import is_mjx_data, library_of, to_host
 
-__all__ = ["MAX_BLOCK_BYTES", "check_rollout", "frame_resets", "gather_rows", "rollout_arrays",
+__all__ = ["MAX_BLOCK_BYTES", "check_rollout", "frame_resets", "gather_rows", "refuse_capture", "rollout_arrays",
            "row_itemsize", "selected_resets", "step_times"]
 
 #: Host bytes gathered per part of a rollout's block: bounds the memory a long rollout takes.
@@ -87,6 +88,17 @@ def check_rollout(arrays: dict[str, Any], shapes: dict[str, tuple[int, ...]]) ->
                               f"{', '.join(map(str, shape))}) = {(steps, nworld, *shape)}")
         row_itemsize(name, a)
     return library, steps, nworld
+
+
+def refuse_capture(values: dict[str, Any]) -> None:
+    """AppendError for torch CUDA tensors inside a CUDA graph capture (`torch.cuda.graph`): the
+    rollout's copies to the host (and those of blocks of earlier `record()` calls) cannot run there."""
+    torch = sys.modules.get("torch")
+    if torch is None or not any(isinstance(v, torch.Tensor) and v.is_cuda for v in values.values()):
+        return
+    if torch.cuda.is_current_stream_capturing():
+        raise AppendError("record_rollout() cannot run inside a CUDA graph capture (torch.cuda.graph): its copies "
+                          "to the host would invalidate it; call it on what the graph's replay left")
 
 
 def _device_of(library: str, a: Any) -> Any:
@@ -189,9 +201,6 @@ def _take2(library: str, a: Any, steps: np.ndarray | None, sel: np.ndarray) -> A
         import torch
 
         a = a.detach()
-        if a.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise AppendError("record_rollout() cannot run inside a CUDA graph capture (torch.cuda.graph): its "
-                              "copies to the host would invalidate it; call it on what the graph's replay left")
         s = torch.as_tensor(sel, device=a.device)
         if steps is None:
             return a[:, s]

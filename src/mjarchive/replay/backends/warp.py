@@ -152,7 +152,8 @@ class WarpRenderer:
         try:  # "cuda" names the context current now: kept as "cuda:N", not looked up again at each call
             self.device = str(wp.get_device(device or default_device()))
         except Exception as exc:
-            raise BackendError(f"MuJoCo Warp has no device {device!r} here: {exc}") from None
+            raise BackendError(f"MuJoCo Warp cannot use device {device!r} here ({exc}); its devices: "
+                               f"{', '.join(str(d) for d in wp.get_devices())}") from None
         self.nworld = int(nworld or batch_size(model, self.size, self.device, memory_budget))
         self._tendon = needs_tendon_stage(model)
         try:
