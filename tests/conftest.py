@@ -70,7 +70,8 @@ def warp_devices() -> list[str]:
     import warp as wp
 
     wp.config.quiet = True
-    return ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() else [])
+    cpu = ["cpu"] if wp.is_cpu_available() else []  # not without warp-clang (the GPU payload leaves it out)
+    return cpu + (["cuda:0"] if wp.get_cuda_device_count() else [])
 
 
 def requires_warp_replay():

@@ -2,7 +2,8 @@
 
 Each library's test runs where the library is installed and is skipped with the reason elsewhere
 (torch has no CPU wheel on PyPI for every Python; CI's Python 3.11 run installs it). Arrays on a GPU
-("torch-cuda", "jax-gpu", Warp's "cuda:0") run where there is one: `-k "cuda or gpu"` selects them.
+("torch-cuda", "jax-gpu", "cupy-cuda", Warp's "cuda:0") run where there is one: `-k "cuda or gpu"`
+selects them (CuPy only ever runs there: it has no CPU build).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ SEL = [2, 5, 11]
 
 
 def _convert(library):
-    """A function turning a NumPy array into an array of `library`, on its GPU for "torch-cuda" and
-    "jax-gpu" (skips when the library, or that GPU, is not here)."""
+    """A function turning a NumPy array into an array of `library`, on its GPU for "torch-cuda",
+    "jax-gpu" and "cupy-cuda" (skips when the library, or that GPU, is not here)."""
     if library == "numpy":
         return np.array
     if library.startswith("torch"):
@@ -36,6 +37,15 @@ def _convert(library):
         if not torch.cuda.is_available():
             pytest.skip("torch sees no CUDA device here")
         return lambda a: torch.from_numpy(np.array(a)).to("cuda")
+    if library == "cupy-cuda":
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except cupy.cuda.runtime.CUDARuntimeError:
+            count = 0
+        if not count:
+            pytest.skip("CuPy sees no CUDA device here")
+        return lambda a: cupy.asarray(np.array(a))
     jax = pytest.importorskip("jax", reason="jax is not installed")
     if library == "jax":
         return jax.numpy.asarray
@@ -53,7 +63,7 @@ def mocap_xml(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("library", ["numpy", "torch", "jax", "torch-cuda", "jax-gpu"])
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax", "torch-cuda", "jax-gpu", "cupy-cuda"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtype):
     """Only the selected worlds' rows are copied, in the arrays' own dtype; device and host reset
@@ -101,7 +111,7 @@ def test_selected_rows_exact_bytes_and_resets(tmp_path, mocap_xml, library, dtyp
         assert_array_equal(sel.reset, expected_reset)
 
 
-@pytest.mark.parametrize("library", ["torch", "jax", "torch-cuda", "jax-gpu"])
+@pytest.mark.parametrize("library", ["torch", "jax", "torch-cuda", "jax-gpu", "cupy-cuda"])
 def test_errors_name_the_problem(tmp_path, mocap_xml, library):
     conv = _convert(library)
     q, mp, mq = np.zeros((4, 7), np.float32), np.zeros((4, 1, 3), np.float32), np.zeros((4, 1, 4), np.float32)

@@ -66,7 +66,7 @@ def _per_step(path, xml, fields, reset, chunks=1):
     return _read(path)
 
 
-@pytest.mark.parametrize("library", ["numpy", "jax", "torch"])
+@pytest.mark.parametrize("library", ["numpy", "jax", "torch", "torch-cuda", "jax-gpu", "cupy-cuda"])
 def test_a_rollout_keeps_what_per_step_recording_keeps(tmp_path, mocap_xml, library):
     conv = _convert(library)
     model = mujoco.MjModel.from_xml_path(str(mocap_xml))
