@@ -429,6 +429,9 @@ class _Cupy(_NumpyLike):
         for r in self.host_reset:
             r[:] = False
         self._block_stream = None
+        # Accumulators a slot's frames read, kept until its event: CuPy's memory pool hands freed memory
+        # out again on the stream that allocated it, which need not wait for the one that reads it.
+        self._held: list[list] = [[] for _ in range(ring_buffers)]
 
     def _follow_stream(self) -> None:
         """As _Torch._follow_stream."""
@@ -439,11 +442,18 @@ class _Cupy(_NumpyLike):
 
     def take(self, slot: int, j: int, arrays: list) -> bool:
         self._follow_stream()
-        return super().take(slot, j, arrays)
+        acc = self._acc
+        taken = super().take(slot, j, arrays)
+        if taken:
+            self._held[slot].append(acc)
+        return taken
 
     def accumulate_reset(self, mask: Any) -> None:
         self._follow_stream()
-        super().accumulate_reset(mask)
+        if self._acc is None:
+            self._acc = mask != 0
+        else:  # in place: the accumulator is allocated once per frame, whichever streams use it
+            self.xp.logical_or(self._acc, mask != 0, out=self._acc)
 
     def take_reset_host(self) -> np.ndarray | None:
         if self._acc is not None:
@@ -460,6 +470,7 @@ class _Cupy(_NumpyLike):
 
     def wait(self, slot: int, handle: Any, n: int) -> tuple[list, np.ndarray]:
         handle.synchronize()
+        self._held[slot].clear()
         return super().wait(slot, handle, n)
 
 
