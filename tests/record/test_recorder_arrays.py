@@ -8,6 +8,7 @@ selects them (CuPy only ever runs there: it has no CPU build).
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -384,27 +385,51 @@ def test_jax_traced_values_are_refused(tmp_path, mocap_xml):
         assert archive.episodes(0)[0].start == 0 and len(archive.episodes(0)) == 1  # the traced reset is not kept
 
 
-def test_torch_cuda_graph_capture_is_refused(tmp_path, mocap_xml):
-    """Inside torch.cuda.graph the gathers would run only at replays: refused before anything is
-    allocated or queued (a first call, a later one, a reset), and the recording goes on after it."""
-    conv = _convert("torch-cuda")  # skips without CUDA
-    import torch
+@contextlib.contextmanager
+def _graph_capture(library, launches):
+    """A CUDA graph capture of torch's or CuPy's on a side stream; appends the graph's launch."""
+    if library == "torch-cuda":
+        import torch
 
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            yield
+        launches.append(graph.replay)
+        return
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            yield
+        finally:
+            launches.append(stream.end_capture().launch)
+
+
+@pytest.mark.parametrize("library", ["torch-cuda", "cupy-cuda"])
+def test_graph_capture_is_refused(tmp_path, mocap_xml, library):
+    """Inside a CUDA graph capture (torch.cuda.graph, a CuPy stream capture) the gathers would run only
+    at replays: refused before anything is allocated or queued (a first call, a later one, a reset),
+    and the recording goes on after the graph is launched."""
+    conv = _convert(library)  # skips without that library's GPU
     z = dict(mocap_pos=conv(np.zeros((4, 1, 3))), mocap_quat=conv(np.ones((4, 1, 4))))
     q, all_reset = conv(np.ones((4, 7))), conv(np.ones(4, bool))  # no host→device copy inside the capture
+    q *= 2.0  # the kernel the capture records, loaded before it
+    q *= 0.5
     fresh = mjarchive.Recorder(tmp_path / "first", mocap_xml, output_fps=1)
     rec = mjarchive.Recorder(tmp_path / "g", mocap_xml, output_fps=1, block_frames=2)
     assert rec.record(qpos=q, **z, time=0.0)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        doubled = q * 2  # something to capture
+    launches = []
+    with _graph_capture(library, launches):
+        q *= 2.0  # something to capture
         for recorder in (fresh, rec):
             with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
-                recorder.record(qpos=doubled, **z, time=1.0)
+                recorder.record(qpos=q, **z, time=1.0)
         with pytest.raises(mjarchive.AppendError, match="inside a CUDA graph capture"):
-            rec.record(qpos=doubled, **z, time=1.5, reset=all_reset)
-    graph.replay()
-    assert rec.record(qpos=doubled, **z, time=2.0)
+            rec.record(qpos=q, **z, time=1.5, reset=all_reset)
+    launches[0]()
+    assert rec.record(qpos=q, **z, time=2.0)
     rec.close()
     fresh.close()
     with mjarchive.open(tmp_path / "g") as archive:

@@ -40,7 +40,8 @@ import numpy as np
 
 from .._errors import AppendError
 
-__all__ = ["ArrayGatherer", "MjDataGatherer", "drain_all", "library_of", "refuse_traced", "to_host", "LIBRARIES"]
+__all__ = ["ArrayGatherer", "MjDataGatherer", "cuda_capturing", "drain_all", "library_of", "refuse_traced", "to_host",
+           "LIBRARIES"]
 
 #: The array libraries `library_of` recognizes, by the top-level module of the array's type.
 LIBRARIES = {"numpy": "numpy", "jax": "jax", "jaxlib": "jax", "torch": "torch", "cupy": "cupy", "warp": "warp"}
@@ -73,6 +74,21 @@ def refuse_traced(values: dict[str, Any]) -> None:
                           "rec.record_rollout(states) after a scan)")
 
 
+def cuda_capturing(values: Any) -> bool:
+    """Whether a CUDA graph capture is under way on the current stream of torch or CuPy, for the
+    libraries of the given arrays that are on a GPU (their gathers and copies would only be captured)."""
+    torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+    if torch is not None and any(isinstance(v, torch.Tensor) and v.is_cuda for v in values):
+        if torch.cuda.is_current_stream_capturing():
+            return True
+    return cupy is not None and any(isinstance(v, cupy.ndarray) for v in values) and _cupy_capturing(cupy)
+
+
+def _cupy_capturing(cupy: Any) -> bool:
+    is_capturing = getattr(cupy.cuda.get_current_stream(), "is_capturing", None)  # CuPy 10 on
+    return bool(is_capturing is not None and is_capturing())
+
+
 def on_host(library: str, arrays: dict[str, Any]) -> bool:
     """Whether the arrays are in host memory (NumPy, JAX's "cpu" platform, torch CPU tensors)."""
     if library == "numpy":
@@ -86,6 +102,10 @@ def on_host(library: str, arrays: dict[str, Any]) -> bool:
 
 
 Sink = Callable[[np.ndarray, dict[str, np.ndarray], np.ndarray], None]
+
+CAPTURE_REFUSED = ("recording cannot run inside a CUDA graph capture (torch.cuda.graph, a CuPy stream capture): its "
+                   "gathers and copies would run at the graph's replays, not at the call; call it between replays, "
+                   "outside the capture")
 
 
 class ArrayGatherer:
@@ -423,6 +443,7 @@ class _Cupy(_NumpyLike):
         import cupyx
 
         self.xp = cupy
+        self._refuse_capture()  # before anything is allocated
         super().__init__(arrays, sel, block_frames, ring_buffers)
         self.host = [[cupyx.empty_pinned(b.shape, b.dtype) for b in blocks] for blocks in self.dev]
         self.host_reset = [cupyx.empty_pinned(r.shape, bool) for r in self.dev_reset]
@@ -433,8 +454,14 @@ class _Cupy(_NumpyLike):
         # out again on the stream that allocated it, which need not wait for the one that reads it.
         self._held: list[list] = [[] for _ in range(ring_buffers)]
 
+    def _refuse_capture(self) -> None:
+        """As _Torch._refuse_capture, for a CuPy stream capture (`stream.begin_capture()`)."""
+        if _cupy_capturing(self.xp):
+            raise AppendError(CAPTURE_REFUSED)
+
     def _follow_stream(self) -> None:
-        """As _Torch._follow_stream."""
+        """As _Torch._follow_stream; first refuses a graph capture."""
+        self._refuse_capture()
         current = self.xp.cuda.get_current_stream()
         if self._block_stream is not None and current != self._block_stream:
             current.wait_event(self._block_stream.record())
@@ -533,9 +560,7 @@ class _Torch:
         only run at the graph's replays, long after this frame's bookkeeping (~1 µs: recorded frames and
         resets only)."""
         if self.torch.cuda.is_current_stream_capturing():
-            raise AppendError("record() cannot run inside a CUDA graph capture (torch.cuda.graph): its gathers "
-                              "and copies would run at the graph's replays, not at the call; call it between "
-                              "replays, outside the capture")
+            raise AppendError(CAPTURE_REFUSED)
 
     def _follow_stream(self) -> None:
         """CUDA: the recorder's work goes on the stream current at this call, which first waits for the

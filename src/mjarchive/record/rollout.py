@@ -17,13 +17,12 @@ The rows reach the writer as one block (in parts of at most `MAX_BLOCK_BYTES`).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
 from .._errors import AppendError
-from .arrays import is_mjx_data, library_of, to_host
+from .arrays import CAPTURE_REFUSED, cuda_capturing, is_mjx_data, library_of, to_host
 
 __all__ = ["MAX_BLOCK_BYTES", "check_rollout", "frame_resets", "gather_rows", "refuse_capture", "rollout_arrays",
            "row_itemsize", "selected_resets", "step_times"]
@@ -91,14 +90,10 @@ def check_rollout(arrays: dict[str, Any], shapes: dict[str, tuple[int, ...]]) ->
 
 
 def refuse_capture(values: dict[str, Any]) -> None:
-    """AppendError for torch CUDA tensors inside a CUDA graph capture (`torch.cuda.graph`): the
-    rollout's copies to the host (and those of blocks of earlier `record()` calls) cannot run there."""
-    torch = sys.modules.get("torch")
-    if torch is None or not any(isinstance(v, torch.Tensor) and v.is_cuda for v in values.values()):
-        return
-    if torch.cuda.is_current_stream_capturing():
-        raise AppendError("record_rollout() cannot run inside a CUDA graph capture (torch.cuda.graph): its copies "
-                          "to the host would invalidate it; call it on what the graph's replay left")
+    """AppendError for GPU arrays inside a CUDA graph capture: the rollout's copies to the host (and
+    those of blocks of earlier `record()` calls) cannot run there."""
+    if cuda_capturing(values.values()):
+        raise AppendError(CAPTURE_REFUSED)
 
 
 def _device_of(library: str, a: Any) -> Any:
