@@ -124,7 +124,7 @@ def setup_jax(lay: Layout, host_q: list[np.ndarray], host_v: list[np.ndarray], s
         x, y = gather(idx, a, b)
         return np.asarray(x), np.asarray(y)
 
-    return {"q": q, "v": v, "device": str(dev), "version": f"jax {jax.__version__}",
+    return {"q": q, "v": v, "device": f"{dev} ({dev.device_kind})", "version": f"jax {jax.__version__}",
             "baselines": {"take_asarray": take, "jit_asarray": jit_take},
             "sync": lambda: jax.block_until_ready((q, v))}
 
@@ -146,6 +146,8 @@ def setup_torch(lay: Layout, host_q: list[np.ndarray], host_v: list[np.ndarray],
     def take(a, b):
         return a.index_select(0, idx).cpu().numpy(), b.index_select(0, idx).cpu().numpy()
 
+    if dev.type == "cuda":
+        dev = f"{dev} ({torch.cuda.get_device_name(dev)})"
     return {"q": q, "v": v, "device": str(dev), "version": f"torch {torch.__version__}",
             "baselines": {"index_select_cpu": take}, "sync": sync}
 

@@ -279,7 +279,7 @@ def bench_warp(w: Workload, archive: Path) -> None:
 
     def ours():
         for _ in mjarchive.iter_frames(archive, frames=slice(0, n), camera=CAMERA, size=w.warp_size,
-                                       backend=backend, quality="fast"):
+                                       backend=backend, quality="fast", warp_batch=batch):  # the raw loop's
             pass
 
     loop = raw_warp_loop(archive, n, w.warp_size, w.warp_device, batch)

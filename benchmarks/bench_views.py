@@ -451,9 +451,9 @@ def main() -> None:
         if "scene" in only:
             multi = make_multi_archive(tmp / "multi.mjarchive", w.scene_worlds,
                                        max(w.scene_frames, w.warp_scene_frames))
-            bench_scene(w, multi, tmp)
-            if w.warp_scene:
+            if w.warp_scene:  # first: on a GPU machine whose OpenGL fails, the CPU scene would stop the script
                 bench_warp_scene(w, multi, tmp)
+            bench_scene(w, multi, tmp)
     print(f"target.camera_vs_model: {TARGET}")
     print(f"total_s: {time.perf_counter() - start:.1f}")
 

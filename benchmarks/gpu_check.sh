@@ -65,9 +65,12 @@ NOT_GL=""
 [ "$GL" = "renders True" ] || NOT_GL=" and not matches_cpu_render"
 log "MuJoCo's renderer: $GL"
 # Issue 28's order (each step bounded, so the later ones still run if one hangs):
-# 1. Warp recorder, 4096 worlds, 64 recorded: record() vs a bare on-device gather + host copy, and the
-#    step-loop slowdown (goals: <= 1.5x, <= 3 %).
-timeout $(budget 180 $RESERVE) python3 benchmarks/bench_recorder.py --device cuda --nworld 4096 --selected 64 --steps 600 --repeats 2 2>&1 | tee $OUT/recorder.txt
+# 1. Warp recorder, 4096 worlds, 64 recorded: record() vs a bare host copy of the selected rows (no
+#    gather kernel: a stricter baseline than the issue's), and the step-loop slowdown (goals: <= 1.5x,
+#    <= 3 %). The plain mjw.step is not graph-captured (its solver loop waits on the host each
+#    iteration), and `recorder.*` includes read_time's wait for the step: read `isolated.*` and
+#    `recorder_host_time.*` against the goals. Six short rounds: a median that 10 % noise moves less.
+timeout $(budget 180 $RESERVE) python3 benchmarks/bench_recorder.py --device cuda --nworld 4096 --selected 64 --steps 200 --repeats 6 2>&1 | tee $OUT/recorder.txt
 log "recorder done"
 # 2. torch-CUDA and JAX-GPU array paths: the GPU machine's image has CUDA builds of both (they are GBs,
 #    more than a call carries); where neither is importable, say so rather than fail.
@@ -78,8 +81,9 @@ else
   echo "arrays: neither jax nor torch in the payload; the torch-CUDA / JAX-GPU rows did not run" | tee $OUT/arrays.txt
 fi
 log "arrays done"
-# 3. Variants capture at 1 % resets per frame, 4096 worlds.
-timeout $(budget 90 $RESERVE) python3 benchmarks/bench_variants.py --device cuda --nworld 4096 --repeats 2 2>&1 | tee $OUT/variants.txt
+# 3. Variants capture at 1 % resets per frame, 4096 worlds (one round: each of its 13 recorders commits
+#    an archive of every world, ~3 s; each case's line is printed as it ends).
+timeout $(budget 90 $RESERVE) python3 benchmarks/bench_variants.py --device cuda --nworld 4096 --repeats 1 2>&1 | tee $OUT/variants.txt
 log "variants done"
 # 4. Warp replay frames/s at 240x320 vs a raw mjw.render loop (goal >= 0.95), then free, tracking and
 #    scene cameras.
