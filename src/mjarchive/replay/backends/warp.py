@@ -161,8 +161,9 @@ class WarpRenderer:
                 data = mujoco.MjData(model)  # not forwarded: no contacts or constraints to carry
                 self.m = mjw.put_model(model)
                 self.d = mjw.put_data(model, data, nworld=self.nworld, nconmax=1, njmax=1)
-            determinism = getattr(mjw, "DeterminismType", None)  # mujoco-warp 4.0 on
-            if determinism is not None and hasattr(self.m.opt, "deterministic"):  # flex normals summed in a fixed order: pixels do not depend on the batch
+            # Flex normals summed in a fixed order: a cloth's pixels do not depend on the batch (mujoco-warp 4.0 on).
+            determinism = getattr(mjw, "DeterminismType", None)
+            if determinism is not None and hasattr(self.m.opt, "deterministic"):
                 self.m.opt.deterministic = int(self.m.opt.deterministic) | int(determinism.ATOMICS)
         except Exception as exc:
             raise BackendError(f"MuJoCo Warp could not load the model on device {self.device!r}: {exc}") from None
