@@ -566,7 +566,8 @@ class _Torch:
         """CUDA: the recorder's work goes on the stream current at this call, which first waits for the
         one its previous work ran on if that differs. A block's gathers, copy and event then follow each
         other (a block filled inside `torch.cuda.stream(s)` and sealed outside it by close() is copied
-        once its gathers ran), and so do the uses of the reset accumulator."""
+        once its gathers ran), and so do the uses of the reset accumulator. First refuses a graph capture."""
+        self._refuse_capture()
         current = self.torch.cuda.current_stream(self.device)
         if self._block_stream is not None and current != self._block_stream:
             current.wait_stream(self._block_stream)
@@ -581,7 +582,6 @@ class _Torch:
 
     def take(self, slot: int, j: int, arrays: list) -> bool:
         if self.cuda:
-            self._refuse_capture()
             self._follow_stream()
         index_select, idx = self.torch.index_select, self.idx
         for src, out in zip(arrays, self._rows[slot][j]):
@@ -596,7 +596,6 @@ class _Torch:
         if mask.device != self.device:
             raise AppendError(f"the reset mask is on {mask.device}, the arrays on {self.device}")
         if self.cuda:
-            self._refuse_capture()
             self._follow_stream()
         mask = mask.detach() != 0
         acc = mask if self._acc is None else self._acc | mask
@@ -609,7 +608,6 @@ class _Torch:
         if self._acc is None:
             return None
         if self.cuda:
-            self._refuse_capture()
             self._follow_stream()
         host = self._acc.cpu().numpy()  # synchronous, on the current stream
         self._release_acc()
