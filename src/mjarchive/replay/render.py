@@ -264,7 +264,8 @@ def render(archive: Any, out_dir: str | os.PathLike, *, worlds: Any = None, fram
     cameras: any mix of model camera names or ids, `mjarchive.Camera` values and their CLI forms
     ('free', 'auto', 'track:torso,distance=3'); default: every named camera, else Camera.auto().
     size: (height, width) pixels. backend: 'cpu' or 'warp' ('warp:cpu', 'warp:cuda:0').
-    workers: processes for the CPU backend (None: one per core; 1: in this process); the Warp
+    workers: processes for the CPU backend (None: up to one per core when the render is long
+    enough to pay for starting them, else 1; 1: in this process); the Warp
     backend renders in this process unless `executor` is given. quality: 'full' (the model's
     visual settings) or 'fast' (no shadows, reflections, skybox or multisampling). layout:
     'per-world' (`world-0042_cam-back.mp4`), 'grid' (`grid_cam-back.mp4`, worlds tiled) or
