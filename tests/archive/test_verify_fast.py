@@ -3,6 +3,7 @@ values are zarr's, and every damage zarr's path refuses is refused here too, wit
 
 from __future__ import annotations
 
+import math
 import shutil
 import uuid
 from pathlib import Path
@@ -141,3 +142,53 @@ def test_a_shard_larger_than_its_inner_chunks_can_be_is_refused_unread(pristine,
     with mjarchive.open(path) as archive:
         report = archive.verify()
     assert any(p.startswith("qpos: ") and "shard 'qpos/c/1/1/0' is more than" in p for p in report.problems)
+
+
+# -- shards decoded a group of inner chunks at a time: every codec chain the fast path reads ----------
+
+def _chains() -> dict:
+    blosc = zarr.codecs.BloscCodec
+    return {
+        "transpose-blosc-shuffle": ("float32", [zarr.codecs.TransposeCodec(order=(1, 2, 3, 0))],
+                                    blosc(cname="zstd", clevel=3, shuffle="shuffle", typesize=4)),
+        "blosc-bitshuffle-lz4": ("float32", [], blosc(cname="lz4", clevel=5, shuffle="bitshuffle", typesize=4)),
+        "transpose-uncompressed": ("float32", [zarr.codecs.TransposeCodec(order=(3, 1, 0, 2))], None),
+        "zstd": ("float64", [], zarr.codecs.ZstdCodec(level=1)),
+        "uint8-blosc": ("uint8", [], blosc(cname="zstd", clevel=2, shuffle="noshuffle", typesize=1)),
+    }
+
+
+@pytest.mark.parametrize("steps", [1, None])  # one step of the walked grid axis per group; the whole shard in one
+@pytest.mark.parametrize("inner", [(8, 1, 3, 1), (2, 2, 3, 1)])  # grids (2, 4, 1, 2): worlds walked; (8, 2, 1, 2): frames
+@pytest.mark.parametrize("chain", sorted(_chains()))
+def test_shards_decoded_in_groups_give_zarrs_values_in_any_chain(chain, inner, steps, tmp_path, monkeypatch):
+    from zarr.storage import LocalStore
+
+    from mjarchive.archive.storage import checked
+
+    dtype, filters, compressor = _chains()[chain]
+    shape, shard = (40, 12, 3, 2), (16, 4, 3, 2)  # inner chunks split frames, worlds and the last axis
+    root = zarr.open_group(LocalStore(tmp_path), mode="w", zarr_format=3)
+    array = root.create_array("x", shape=shape, chunks=inner, shards=shard, dtype=dtype,
+                              fill_value=0, filters=filters, compressors=compressor)
+    data = (np.random.default_rng(3).normal(size=shape) * 50).astype(dtype)
+    array[...] = data
+    store = checked.CheckedStore(LocalStore(tmp_path, read_only=True))
+    zarr.open_array(store, path="x", mode="r")  # its metadata read through the checked store
+    seen = []
+    grid = [s // c for s, c in zip(shard, inner)]
+    step_bytes = math.prod(grid) // max(grid) * math.prod(inner) * np.dtype(dtype).itemsize
+    monkeypatch.setattr(checked, "_GROUP_BYTES", 2**30 if steps is None else steps * step_bytes)
+    monkeypatch.setattr(checked, "_unpack_shard", lambda *a, _f=checked._unpack_shard: seen.append(a[1]) or _f(*a))
+    all_six = [f"x/c/{f}/{w}/0/0" for f in (0, 1) for w in (0, 1, 2)]
+    in_groups = {  # frames 32.. are an edge shard (its inner chunks past frame 40 left out): read chunk by chunk
+        ((0, 32), (0, 12)): all_six, ((0, 40), (0, 12)): all_six, ((5, 37), (2, 11)): all_six,
+        ((16, 32), (4, 8)): ["x/c/1/1/0/0"], ((20, 21), (0, 12)): ["x/c/1/0/0/0", "x/c/1/1/0/0", "x/c/1/2/0/0"],
+    }
+    for region, keys in in_groups.items():
+        seen.clear()
+        got = store.read_region_now("x", region, 0)
+        assert got is not None and got.dtype == data.dtype
+        (f0, f1), (w0, w1) = region
+        np.testing.assert_array_equal(got, data[f0:f1, w0:w1])
+        assert sorted(seen) == keys

@@ -47,6 +47,8 @@ _MAX_U64 = 2**64 - 1
 # latency is hidden by requests in flight (each worker holds one shard's bytes at most).
 _LOCAL_WORKERS, _REMOTE_WORKERS = min(4, os.cpu_count() or 1), 16
 _MAX_FAST_INNER = 1 << 16  # inner chunks per shard it decodes (one list entry each); zarr reads the rest
+_THREADED_INNER_BYTES = 16 << 10  # local reads of smaller inner chunks decode on one thread
+_GROUP_BYTES = 256 << 10  # decoded inner chunks reordered in one copy (while in cache; see _unpack_shard)
 _WRITES_AT_ONCE = 10  # _set_many's uploads in flight: s3fs's connection pool (botocore's 10) keeps no more busy
 
 
@@ -235,6 +237,42 @@ def _unpack(info: ArrayInfo, data: Any) -> np.ndarray:
     dtype, shape, decoder, order = info.fast
     stored = np.frombuffer(data if decoder is None else decoder.decode(data), dtype).reshape([shape[i] for i in order])
     return stored.transpose(np.argsort(order)) if order != tuple(range(len(order))) else stored
+
+
+def _unpack_shard(info: ArrayInfo, key: str, data: Any, table: list, box: list, out: np.ndarray,
+                  origin: list) -> None:
+    """The inner chunks of a shard (`table`: their (offset, nbytes), none missing; its first item at array
+    position `origin`) that `box` reaches, checked, decoded and copied into `out` (which holds `box`), a
+    group at a time: each group decoded into one buffer of about `_GROUP_BYTES` and reordered in one copy
+    while it is in cache (reshaping and placing each inner chunk costs more than decoding a small one)."""
+    dtype, shape, decoder, order = info.fast
+    rank, grid = len(shape), info.per_shard
+    axis = max(range(rank), key=grid.__getitem__)  # the grid axis walked in groups, the others whole
+    across = len(table) // grid[axis]  # inner chunks per step along it
+    step = max(1, _GROUP_BYTES // (across * info.chain.decoded))
+    (lo, hi), at, size = box[axis], origin[axis], shape[axis]
+    first, last = max(0, (lo - at) // size), min(grid[axis], -(-(hi - at) // size))  # the steps box reaches
+    buffer = np.empty((min(step, last - first) * across, info.chain.decoded), np.uint8)
+    numbers = np.arange(len(table)).reshape(grid)
+    inverse = [rank + int(j) for j in np.argsort(order)]
+    pairs = [a for d in range(rank) for a in (d, inverse[d])]  # (grid d, chunk d): axis d of the group's items
+    for a in range(first, last, step):
+        group = numbers[(slice(None),) * axis + (slice(a, min(a + step, last)),)]
+        for row, i in enumerate(group.ravel().tolist()):
+            off, nbytes = table[i]
+            piece = data[off:off + nbytes]
+            check_chunk(info, key, piece, info.chain)
+            try:
+                if decoder is None:
+                    buffer[row] = np.frombuffer(piece, np.uint8)
+                else:
+                    decoder.decode(piece, out=buffer[row])
+            except Exception as exc:  # a corrupt stream fails inside numcodecs
+                raise FormatError(f"inner chunk {i} of shard {key!r} does not decode; the archive is damaged: "
+                                  f"{exc!r}") from None
+        stored = buffer[:group.size].view(dtype).reshape(*group.shape, *(shape[j] for j in order))
+        items = stored.transpose(pairs).reshape([g * c for g, c in zip(group.shape, shape)])
+        _place(out, box, items, [*origin[:axis], at + a * size, *origin[axis + 1:]])
 
 
 def _place(out: np.ndarray, box: list, chunk: np.ndarray, at: list) -> None:
@@ -509,7 +547,11 @@ class CheckedStore(WrapperStore):
         box = [*region, *((0, n) for n in info.shape[len(region):])]
         shards = list(itertools.product(*(range(lo // c, -(-hi // c)) for (lo, hi), c in zip(box, info.chunks))))
         out = np.empty([hi - lo for lo, hi in box], info.fast[0])
-        with ThreadPoolExecutor(min(len(shards), _LOCAL_WORKERS if self._remote is None else _REMOTE_WORKERS)) as pool:
+        if self._remote is not None:
+            workers = _REMOTE_WORKERS
+        else:  # small inner chunks decode in less time than threads lose taking turns at the GIL
+            workers = _LOCAL_WORKERS if info.chain.decoded >= _THREADED_INNER_BYTES else 1
+        with ThreadPoolExecutor(min(len(shards), workers)) as pool:
             for _ in pool.map(lambda coords: self._decode_shard(info, coords, box, out, fill), shards):
                 pass
         return out
@@ -541,6 +583,10 @@ class CheckedStore(WrapperStore):
         raw = bytes(data[n - info.index_size:])
         _check_index_crc(key, raw)
         table = _check_index(self._state, info, key, coords, raw, n).tolist()
+        least_group = n_inner // max(info.per_shard) * info.chain.decoded  # bytes of one step (_unpack_shard)
+        if least_group <= max(_GROUP_BYTES, info.chain.decoded) and all(off != _MAX_U64 for off, _ in table):
+            _unpack_shard(info, key, data, table, box, out, origin)
+            return
         at = (np.stack(np.unravel_index(np.arange(n_inner), info.per_shard), 1) * shape + origin).tolist()
         for i, (off, nbytes) in enumerate(table):
             if off == _MAX_U64:
