@@ -693,6 +693,20 @@ def _(out):
     chunk.write_bytes(_zstd_frame_without_content_size(np.array([1 / 32, 2 / 32], "<f8").tobytes()))
 
 
+@case("zstd-chunk-second-frame", rule="security-considerations", match="a chunk is one frame",
+      note="time's first chunk as its valid zstd frame followed by a second frame that declares no size, of RLE "
+           "blocks (4 bytes each inflating to 128 KiB): decoders such as numcodecs' decompress it after the first, "
+           "without bound, so readers refuse any byte after the first frame")
+def _(out):
+    import numcodecs
+    _broken(out)
+    chunk = out / "time" / "c" / "0"
+    first = numcodecs.Zstd(level=3).encode(np.array([1 / 32, 2 / 32], "<f8").tobytes())
+    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, (17 - 10) << 3])  # no content size; 128 KiB window
+    runs = b"".join((((128 << 10) << 3 | 1 << 1 | (i == 15)).to_bytes(3, "little") + b"\x00") for i in range(16))
+    chunk.write_bytes(first + header + runs)
+
+
 def _rewrite_blosc(out: Path, key: str, values: np.ndarray, cname: str) -> None:
     """Store array `key` again with blosc `cname` (same shapes, transpose and shuffle as before)."""
     import zarr

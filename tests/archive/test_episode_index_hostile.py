@@ -163,8 +163,17 @@ def _zstd(raw: bytes, content_size: bool = True) -> bytes:
     return zstandard.ZstdCompressor(write_content_size=content_size).compress(raw)
 
 
+def _then_a_frame_of_runs(first: bytes, blocks: int = 64) -> bytes:
+    """`first`, then a zstd frame that declares no size, of RLE blocks each inflating 4 bytes to 128 KiB."""
+    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, (17 - 10) << 3])  # no size; window 2**17
+    block = lambda last: ((128 << 10) << 3 | 1 << 1 | last).to_bytes(3, "little") + b"\x00"  # noqa: E731
+    return first + header + b"".join(block(i == blocks - 1) for i in range(blocks))
+
+
 CHUNK_DAMAGE = {
     "truncated": (lambda b: b[:len(b) // 2], "reset_count"),
+    "a-second-frame-inflating": (_then_a_frame_of_runs, "a chunk is one frame"),
+    "trailing-bytes": (lambda b: b + b"\x00" * 7, "a chunk is one frame"),
     "empty": (lambda b: b"", "declares no decoded bytes"),
     "claims-a-gigabyte": (lambda b: _zstd(bytes(1 << 30)), "more than a chunk of 1024 bytes"),
     "claims-too-little": (lambda b: _zstd(bytes(100)), "declares 100 decoded bytes"),
@@ -173,8 +182,12 @@ CHUNK_DAMAGE = {
 }
 
 
+@pytest.mark.parametrize("frames", ["zstd's", "fallback"])  # zstd's own frame functions, or where not exported
 @pytest.mark.parametrize("case", sorted(CHUNK_DAMAGE))
-def test_damaged_index_chunks_are_format_errors(case, copy):
+def test_damaged_index_chunks_are_format_errors(case, frames, copy, monkeypatch):
+    if frames == "fallback":
+        from mjarchive.archive.storage import chunk_layout
+        monkeypatch.setattr(chunk_layout, "_zstd_frames", None)
     path = copy()
     chunk = path / "reset_count" / "c" / "1" / "1"  # rows 64..70 of worlds 12 and 40
     damage, message = CHUNK_DAMAGE[case]

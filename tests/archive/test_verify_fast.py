@@ -192,3 +192,15 @@ def test_shards_decoded_in_groups_give_zarrs_values_in_any_chain(chain, inner, s
         (f0, f1), (w0, w1) = region
         np.testing.assert_array_equal(got, data[f0:f1, w0:w1])
         assert sorted(seen) == keys
+
+
+def test_a_model_without_joints_reads_wide_and_verifies(tmp_path):
+    path = tmp_path / "a.mjarchive"
+    bundle = mjarchive.ModelBundle.from_xml("<mujoco><worldbody><body><geom size='.1'/></body></worldbody></mujoco>")
+    with mjarchive.create(path, bundle, n_worlds=W, chunk_frames=CF, shard_worlds=S) as w:
+        w.append(0.1 * np.arange(1, T + 1), np.zeros((T, W, 0), np.float32))
+    with mjarchive.open(path) as archive:
+        assert archive._read("qpos", slice(0, T), None).shape == (T, W, 0)
+        assert archive.select(worlds=[7, 42]).qpos.shape == (T, 2, 0)
+        report = archive.verify()
+        assert report.ok, report.problems

@@ -547,6 +547,8 @@ class CheckedStore(WrapperStore):
         box = [*region, *((0, n) for n in info.shape[len(region):])]
         shards = list(itertools.product(*(range(lo // c, -(-hi // c)) for (lo, hi), c in zip(box, info.chunks))))
         out = np.empty([hi - lo for lo, hi in box], info.fast[0])
+        if not shards:  # an axis of length 0 (qpos of a model without joints): nothing stored to read
+            return out
         if self._remote is not None:
             workers = _REMOTE_WORKERS
         else:  # small inner chunks decode in less time than threads lose taking turns at the GIL

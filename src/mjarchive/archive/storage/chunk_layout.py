@@ -4,6 +4,7 @@ compressor must declare the decoded size, and that size must be the chunk's."""
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 import zlib
@@ -232,12 +233,16 @@ def check_chunk(info: ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
         elif cbytes != nbytes + 16:
             raise FormatError(f"blosc chunk {key!r} has an inconsistent header (uncompressed, {cbytes} bytes)")
     elif comp == "zstd":
-        size = _zstd_content_size(data, end)
+        size, length = _zstd_frame(data, end, chain.decoded)
         if size != chain.decoded:
             raise FormatError(
                 f"zstd chunk {key!r} declares {'no' if size is None else size} decoded bytes; the chunk holds "
                 f"{chain.decoded}; refusing to decompress it"
             )
+        if length != end:  # more after the frame: a second one could inflate without the first's bound
+            raise FormatError(f"zstd chunk {key!r} is {end} bytes, but its zstd frame "
+                              f"{'is malformed' if length is None else f'ends after {length}'}: a chunk is one "
+                              "frame; refusing to decompress it")
     else:  # gzip: inflate here with a bound; numcodecs would inflate without one
         d = zlib.decompressobj(31)
         try:
@@ -247,6 +252,50 @@ def check_chunk(info: ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
             raise FormatError(f"gzip chunk {key!r} is corrupt: {exc}") from None
         if len(out) != chain.decoded or not d.eof or d.unused_data or d.unconsumed_tail:
             raise FormatError(f"gzip chunk {key!r} does not inflate to exactly {chain.decoded} bytes; refusing it")
+
+
+class _ZstdFrames:
+    """zstd's own reading of a frame, by the copy numcodecs' Zstd codec decodes with (through ctypes): the
+    content size it declares and where it ends. `load` returns None where those symbols are not exported."""
+
+    def __init__(self, lib: Any):
+        self._content, self._length, self._is_error = (lib.ZSTD_getFrameContentSize, lib.ZSTD_findFrameCompressedSize,
+                                                       lib.ZSTD_isError)
+        for fn, restype in ((self._content, ctypes.c_ulonglong), (self._length, ctypes.c_size_t)):
+            fn.restype, fn.argtypes = restype, (ctypes.c_void_p, ctypes.c_size_t)
+        self._is_error.restype, self._is_error.argtypes = ctypes.c_uint, (ctypes.c_size_t,)
+
+    @classmethod
+    def load(cls) -> _ZstdFrames | None:
+        try:
+            import numcodecs.zstd
+            return cls(ctypes.PyDLL(numcodecs.zstd.__file__))  # PyDLL: short calls, the GIL stays held
+        except (ImportError, OSError, AttributeError, TypeError):
+            return None
+
+    def measure(self, data: Any, end: int) -> tuple[int | None, int | None]:
+        """(declared content size or None, the first frame's length in bytes or None) of data[:end]."""
+        address = np.frombuffer(data, np.uint8, count=end).ctypes.data if end else 0
+        size, length = self._content(address, end), self._length(address, end)
+        return (None if size >= 2**64 - 2 else size), (None if self._is_error(length) else length)
+
+
+_zstd_frames = _ZstdFrames.load()
+
+
+def _zstd_frame(data: Any, end: int, decoded: int) -> tuple[int | None, int | None]:
+    """(declared content size, frame length) of the zstd chunk data[:end]; without zstd's own functions, the
+    size from the frame header and the length `end` if the chunk decodes into exactly `decoded` bytes."""
+    if _zstd_frames is not None:
+        return _zstd_frames.measure(data, end)
+    size = _zstd_content_size(data, end)
+    if size != decoded:
+        return size, None
+    try:
+        numcodecs.Zstd().decode(bytes(memoryview(data)[:end]), out=np.empty(decoded, np.uint8))
+    except Exception:  # a second frame overflows the bounded output; a corrupt one fails
+        return size, None
+    return size, end
 
 
 def _zstd_content_size(data: Any, end: int) -> int | None:
