@@ -698,13 +698,24 @@ def _(out):
            "blocks (4 bytes each inflating to 128 KiB): decoders such as numcodecs' decompress it after the first, "
            "without bound, so readers refuse any byte after the first frame")
 def _(out):
-    import numcodecs
-    _broken(out)
-    chunk = out / "time" / "c" / "0"
-    first = numcodecs.Zstd(level=3).encode(np.array([1 / 32, 2 / 32], "<f8").tobytes())
     header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, (17 - 10) << 3])  # no content size; 128 KiB window
     runs = b"".join((((128 << 10) << 3 | 1 << 1 | (i == 15)).to_bytes(3, "little") + b"\x00") for i in range(16))
-    chunk.write_bytes(first + header + runs)
+    _time_frame_then(out, header + runs)
+
+
+@case("zstd-chunk-trailing-skippable-frame", rule="security-considerations", match="a chunk is one frame",
+      note="time's first chunk as its valid zstd frame followed by an empty skippable frame: a decode bounded to "
+           "the chunk's size passes it (it writes nothing), so readers find the first frame's end from its blocks")
+def _(out):
+    _time_frame_then(out, (0x184D2A50).to_bytes(4, "little") + bytes(4))
+
+
+def _time_frame_then(out: Path, after: bytes) -> None:
+    """The broken archive with time's first chunk as its own zstd frame followed by `after`."""
+    import numcodecs
+    _broken(out)
+    first = numcodecs.Zstd(level=3).encode(np.array([1 / 32, 2 / 32], "<f8").tobytes())
+    (out / "time" / "c" / "0").write_bytes(first + after)
 
 
 def _rewrite_blosc(out: Path, key: str, values: np.ndarray, cname: str) -> None:

@@ -174,6 +174,10 @@ CHUNK_DAMAGE = {
     "truncated": (lambda b: b[:len(b) // 2], "reset_count"),
     "a-second-frame-inflating": (_then_a_frame_of_runs, "a chunk is one frame"),
     "trailing-bytes": (lambda b: b + b"\x00" * 7, "a chunk is one frame"),
+    # frames a bounded decode would pass: they add no byte to the output
+    "trailing-skippable-frame": (lambda b: b + (0x184D2A50).to_bytes(4, "little") + bytes(4), "a chunk is one frame"),
+    "trailing-empty-frame": (lambda b: b + _zstd(b""), "a chunk is one frame"),
+    "truncated-frame": (lambda b: b[:-2], "truncated or malformed"),
     "empty": (lambda b: b"", "declares no decoded bytes"),
     "claims-a-gigabyte": (lambda b: _zstd(bytes(1 << 30)), "more than a chunk of 1024 bytes"),
     "claims-too-little": (lambda b: _zstd(bytes(100)), "declares 100 decoded bytes"),
@@ -182,12 +186,12 @@ CHUNK_DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("frames", ["zstd's", "fallback"])  # zstd's own frame functions, or where not exported
+@pytest.mark.parametrize("frames", ["zstd", "headers"])  # zstd's own frame functions, or (not exported) headers
 @pytest.mark.parametrize("case", sorted(CHUNK_DAMAGE))
 def test_damaged_index_chunks_are_format_errors(case, frames, copy, monkeypatch):
-    if frames == "fallback":
+    if frames == "headers":
         from mjarchive.archive.storage import chunk_layout
-        monkeypatch.setattr(chunk_layout, "_zstd_frames", None)
+        monkeypatch.setattr(chunk_layout, "_ZSTD", None)
     path = copy()
     chunk = path / "reset_count" / "c" / "1" / "1"  # rows 64..70 of worlds 12 and 40
     damage, message = CHUNK_DAMAGE[case]

@@ -101,7 +101,23 @@ def _drop_inner(blob: bytes) -> bytes:
     return _with_table(blob, table)
 
 
+def _replace_inner(blob: bytes, piece: bytes) -> bytes:
+    """Inner chunk 5 stored again as `piece`, after the others (the index pointing at it)."""
+    table = _table(blob)
+    body = blob[:-INDEX]
+    table[5] = (len(body), len(piece))
+    return _with_table(body + piece + bytes(INDEX), table)
+
+
+def _blosc(raw: bytes) -> bytes:
+    import numcodecs
+    return numcodecs.Blosc(cname="zstd", clevel=2, shuffle=numcodecs.Blosc.SHUFFLE).encode(raw)
+
+
 DAMAGE = {
+    "inner-chunk-of-half-its-size": (lambda blob: _replace_inner(blob, _blosc(bytes(CF * 2 * 4 // 2))),
+                                     "(inner chunk 5)' declares 128 decoded"),
+    "inner-chunk-header-cut": (lambda blob: _replace_inner(blob, _blosc(bytes(CF * 2 * 4))[:12]), "is truncated"),
     "truncated": (lambda blob: blob[:len(blob) // 2], "crc32c"),
     "truncated-below-index": (lambda blob: blob[:10], "truncated"),
     "index-points-outside": (_point_outside, "points outside the shard object"),
@@ -158,7 +174,7 @@ def _chains() -> dict:
     }
 
 
-@pytest.mark.parametrize("steps", [1, None])  # one step of the walked grid axis per group; the whole shard in one
+@pytest.mark.parametrize("steps", [1, 3, None])  # steps of the walked grid axis per group (3: a last group short)
 @pytest.mark.parametrize("inner", [(8, 1, 3, 1), (2, 2, 3, 1)])  # grids (2, 4, 1, 2): worlds walked; (8, 2, 1, 2): frames
 @pytest.mark.parametrize("chain", sorted(_chains()))
 def test_shards_decoded_in_groups_give_zarrs_values_in_any_chain(chain, inner, steps, tmp_path, monkeypatch):

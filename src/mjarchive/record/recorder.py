@@ -301,11 +301,11 @@ class Recorder:
         frames' steps × the selected worlds of every field are gathered on the arrays' device by their
         library, one operation per 64 MiB of rows, and only those rows are copied to the host
         (`bytes_copied` grows by frames × worlds × a row's bytes in the arrays' own dtypes: `row_bytes`
-        for float32) and handed to the writer, a block per such part. A frame the writer refuses (a NaN, say) is left out: the rollout's
-        other frames are kept and the refusal is raised after them, as is one of a frame from earlier
-        `record()` calls, handed over first. A gather that fails (out of device memory, say) raises an
-        AppendError: in a rollout's first part it changes nothing, so the same call can be made again;
-        in a later one it says which steps were recorded.
+        for float32) and handed to the writer, a block per such part. A frame the writer refuses (a NaN,
+        say) is left out: the rollout's other frames are kept and the refusal is raised after them, as is
+        one of a frame from earlier `record()` calls, handed over first. A gather that fails (out of
+        device memory, say) raises an AppendError: in a rollout's first part it changes nothing, so the
+        same call can be made again; in a later one it says which steps were recorded.
         """
         if self._closed:
             raise ClosedError("this Recorder is closed; create a new one (or append with mjarchive.open(path, 'a'))")

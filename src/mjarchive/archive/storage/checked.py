@@ -261,7 +261,7 @@ def _unpack_shard(info: ArrayInfo, key: str, data: Any, table: list, box: list, 
         for row, i in enumerate(group.ravel().tolist()):
             off, nbytes = table[i]
             piece = data[off:off + nbytes]
-            check_chunk(info, key, piece, info.chain)
+            check_chunk(info, f"{key} (inner chunk {i})", piece, info.chain)
             try:
                 if decoder is None:
                     buffer[row] = np.frombuffer(piece, np.uint8)
@@ -553,6 +553,10 @@ class CheckedStore(WrapperStore):
             workers = _REMOTE_WORKERS
         else:  # small inner chunks decode in less time than threads lose taking turns at the GIL
             workers = _LOCAL_WORKERS if info.chain.decoded >= _THREADED_INNER_BYTES else 1
+        if workers == 1 or len(shards) == 1:
+            for coords in shards:
+                self._decode_shard(info, coords, box, out, fill)
+            return out
         with ThreadPoolExecutor(min(len(shards), workers)) as pool:
             for _ in pool.map(lambda coords: self._decode_shard(info, coords, box, out, fill), shards):
                 pass
@@ -595,7 +599,7 @@ class CheckedStore(WrapperStore):
                 _place(out, box, np.broadcast_to(np.asarray(fill, dtype), shape), at[i])
                 continue
             piece = data[off:off + nbytes]
-            check_chunk(info, key, piece, info.chain)
+            check_chunk(info, f"{key} (inner chunk {i})", piece, info.chain)
             try:
                 chunk = _unpack(info, piece)
             except Exception as exc:  # a corrupt stream fails inside numcodecs

@@ -233,16 +233,18 @@ def check_chunk(info: ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
         elif cbytes != nbytes + 16:
             raise FormatError(f"blosc chunk {key!r} has an inconsistent header (uncompressed, {cbytes} bytes)")
     elif comp == "zstd":
-        size, length = _zstd_frame(data, end, chain.decoded)
+        size, length = _zstd_frame(data, end)
         if size != chain.decoded:
             raise FormatError(
                 f"zstd chunk {key!r} declares {'no' if size is None else size} decoded bytes; the chunk holds "
                 f"{chain.decoded}; refusing to decompress it"
             )
+        if length is None:
+            raise FormatError(f"zstd chunk {key!r} is truncated or malformed (its frame's blocks do not end within "
+                              f"its {end} bytes); refusing to decompress it")
         if length != end:  # more after the frame: a second one could inflate without the first's bound
-            raise FormatError(f"zstd chunk {key!r} is {end} bytes, but its zstd frame "
-                              f"{'is malformed' if length is None else f'ends after {length}'}: a chunk is one "
-                              "frame; refusing to decompress it")
+            raise FormatError(f"zstd chunk {key!r} is {end} bytes, but its zstd frame ends after {length}: a chunk "
+                              "is one frame; refusing to decompress it")
     else:  # gzip: inflate here with a bound; numcodecs would inflate without one
         d = zlib.decompressobj(31)
         try:
@@ -254,7 +256,10 @@ def check_chunk(info: ArrayInfo, key: str, data: Any, chain: _Chain) -> None:
             raise FormatError(f"gzip chunk {key!r} does not inflate to exactly {chain.decoded} bytes; refusing it")
 
 
-class _ZstdFrames:
+_ZSTD_CONTENTSIZE_ERROR = 2**64 - 2  # and 2**64 - 1, ZSTD_CONTENTSIZE_UNKNOWN: no declared size
+
+
+class _ZstdFunctions:
     """zstd's own reading of a frame, by the copy numcodecs' Zstd codec decodes with (through ctypes): the
     content size it declares and where it ends. `load` returns None where those symbols are not exported."""
 
@@ -266,7 +271,7 @@ class _ZstdFrames:
         self._is_error.restype, self._is_error.argtypes = ctypes.c_uint, (ctypes.c_size_t,)
 
     @classmethod
-    def load(cls) -> _ZstdFrames | None:
+    def load(cls) -> _ZstdFunctions | None:
         try:
             import numcodecs.zstd
             return cls(ctypes.PyDLL(numcodecs.zstd.__file__))  # PyDLL: short calls, the GIL stays held
@@ -275,27 +280,42 @@ class _ZstdFrames:
 
     def measure(self, data: Any, end: int) -> tuple[int | None, int | None]:
         """(declared content size or None, the first frame's length in bytes or None) of data[:end]."""
-        address = np.frombuffer(data, np.uint8, count=end).ctypes.data if end else 0
+        address = np.frombuffer(data, np.uint8, count=end).ctypes.data if end else 0  # `data` outlives the calls
         size, length = self._content(address, end), self._length(address, end)
-        return (None if size >= 2**64 - 2 else size), (None if self._is_error(length) else length)
+        return (None if size >= _ZSTD_CONTENTSIZE_ERROR else size), (None if self._is_error(length) else length)
 
 
-_zstd_frames = _ZstdFrames.load()
+_ZSTD = _ZstdFunctions.load()
 
 
-def _zstd_frame(data: Any, end: int, decoded: int) -> tuple[int | None, int | None]:
-    """(declared content size, frame length) of the zstd chunk data[:end]; without zstd's own functions, the
-    size from the frame header and the length `end` if the chunk decodes into exactly `decoded` bytes."""
-    if _zstd_frames is not None:
-        return _zstd_frames.measure(data, end)
-    size = _zstd_content_size(data, end)
-    if size != decoded:
-        return size, None
-    try:
-        numcodecs.Zstd().decode(bytes(memoryview(data)[:end]), out=np.empty(decoded, np.uint8))
-    except Exception:  # a second frame overflows the bounded output; a corrupt one fails
-        return size, None
-    return size, end
+def _zstd_frame(data: Any, end: int) -> tuple[int | None, int | None]:
+    """(declared content size, length of the first frame) of the zstd chunk data[:end], each None where
+    there is none; by zstd's own functions, or where they are not exported by the frame's headers."""
+    if _ZSTD is not None:
+        return _ZSTD.measure(data, end)
+    return _zstd_content_size(data, end), _zstd_frame_length(data, end)
+
+
+def _zstd_frame_length(data: Any, end: int) -> int | None:
+    """Where the first zstd frame of data[:end] ends (RFC 8878 3.1.1: its header, its blocks up to the one
+    flagged last, its checksum), or None. A bounded decode cannot stand in: zstd's one-shot decoders also
+    decode skippable and empty frames after the first, which change nothing they write."""
+    if end < 6 or struct.unpack_from("<I", data, 0)[0] != _ZSTD_MAGIC or data[4] & 0x08:  # reserved bit
+        return None
+    fhd = data[4]
+    fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag] + (1 if single else 0, 2, 4, 8)[fcs_flag]
+    while True:  # at most end / 3 blocks: each has a 3-byte header
+        if pos + 3 > end:
+            return None
+        header = int.from_bytes(bytes(data[pos:pos + 3]), "little")
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:  # reserved block type
+            return None
+        pos += 3 + (1 if kind == 1 else size)  # an RLE block stores one byte
+        if last:
+            pos += 4 * checksum
+            return pos if pos <= end else None
 
 
 def _zstd_content_size(data: Any, end: int) -> int | None:
