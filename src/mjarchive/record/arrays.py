@@ -16,8 +16,8 @@ ever cross to the host:
 A block is handed to the writer (one ``append`` of up to ``block_frames`` frames, whose validation,
 casting and finiteness checks run once per block) only when its ring slot is needed again, so the
 training thread waits at most once per block, for a copy started ``(ring_buffers - 1) * block_frames``
-frames earlier. Each
-library is imported only when an array of it arrives (its module is already loaded then). Reset
+frames earlier. Each library is imported only when an array of it arrives (its module is already
+loaded then). Reset
 masks of the arrays' own library are accumulated on their device, so passing a device ``done``
 mask every step never synchronizes. On CUDA, torch and CuPy gathers are queued on the library's
 current stream, and a block's copy and event follow them on the stream of its last frame (which waits
