@@ -17,6 +17,7 @@ import mjarchive
 from mjarchive import FormatError, MjArchiveError
 from mjarchive.testing import hinge_chain_xml
 from mjarchive.viewer.frames import PoseWindow
+from test_untrusted_store import _zstd_rle  # a real zstd frame of RLE blocks
 
 C = 8
 W_IDS = [3, 11, 12, 40, 41]
@@ -163,16 +164,9 @@ def _zstd(raw: bytes, content_size: bool = True) -> bytes:
     return zstandard.ZstdCompressor(write_content_size=content_size).compress(raw)
 
 
-def _then_a_frame_of_runs(first: bytes, blocks: int = 64) -> bytes:
-    """`first`, then a zstd frame that declares no size, of RLE blocks each inflating 4 bytes to 128 KiB."""
-    header = (0xFD2FB528).to_bytes(4, "little") + bytes([0x00, (17 - 10) << 3])  # no size; window 2**17
-    block = lambda last: ((128 << 10) << 3 | 1 << 1 | last).to_bytes(3, "little") + b"\x00"  # noqa: E731
-    return first + header + b"".join(block(i == blocks - 1) for i in range(blocks))
-
-
 CHUNK_DAMAGE = {
     "truncated": (lambda b: b[:len(b) // 2], "reset_count"),
-    "a-second-frame-inflating": (_then_a_frame_of_runs, "a chunk is one frame"),
+    "a-second-frame-inflating": (lambda b: b + _zstd_rle(None, 64), "a chunk is one frame"),  # 64 x 128 KiB
     "trailing-bytes": (lambda b: b + b"\x00" * 7, "a chunk is one frame"),
     # frames a bounded decode would pass: they add no byte to the output
     "trailing-skippable-frame": (lambda b: b + (0x184D2A50).to_bytes(4, "little") + bytes(4), "a chunk is one frame"),

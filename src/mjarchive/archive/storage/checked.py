@@ -240,15 +240,19 @@ def _unpack(info: ArrayInfo, data: Any) -> np.ndarray:
 
 
 def _unpack_shard(info: ArrayInfo, key: str, data: Any, table: list, box: list, out: np.ndarray,
-                  origin: list) -> None:
-    """The inner chunks of a shard (`table`: their (offset, nbytes), none missing; its first item at array
-    position `origin`) that `box` reaches, checked, decoded and copied into `out` (which holds `box`), a
-    group at a time: each group decoded into one buffer of about `_GROUP_BYTES` and reordered in one copy
-    while it is in cache (reshaping and placing each inner chunk costs more than decoding a small one)."""
+                  origin: list) -> bool:
+    """The inner chunks of a shard (`table`: their (offset, nbytes); its first item at array position
+    `origin`) that `box` reaches, checked, decoded and copied into `out` (which holds `box`), a group at a
+    time: each group decoded into one buffer of about `_GROUP_BYTES` and reordered in one copy while it is
+    in cache (reshaping and placing each inner chunk costs more than decoding a small one). False, and
+    nothing done, where an inner chunk is missing or one step of the walk holds more than both
+    `_GROUP_BYTES` and one inner chunk (the caller then goes inner chunk by inner chunk)."""
     dtype, shape, decoder, order = info.fast
     rank, grid = len(shape), info.per_shard
     axis = max(range(rank), key=grid.__getitem__)  # the grid axis walked in groups, the others whole
     across = len(table) // grid[axis]  # inner chunks per step along it
+    if across > 1 and across * info.chain.decoded > _GROUP_BYTES or any(off == _MAX_U64 for off, _ in table):
+        return False
     step = max(1, _GROUP_BYTES // (across * info.chain.decoded))
     (lo, hi), at, size = box[axis], origin[axis], shape[axis]
     first, last = max(0, (lo - at) // size), min(grid[axis], -(-(hi - at) // size))  # the steps box reaches
@@ -273,6 +277,7 @@ def _unpack_shard(info: ArrayInfo, key: str, data: Any, table: list, box: list, 
         stored = buffer[:group.size].view(dtype).reshape(*group.shape, *(shape[j] for j in order))
         items = stored.transpose(pairs).reshape([g * c for g, c in zip(group.shape, shape)])
         _place(out, box, items, [*origin[:axis], at + a * size, *origin[axis + 1:]])
+    return True
 
 
 def _place(out: np.ndarray, box: list, chunk: np.ndarray, at: list) -> None:
@@ -589,9 +594,7 @@ class CheckedStore(WrapperStore):
         raw = bytes(data[n - info.index_size:])
         _check_index_crc(key, raw)
         table = _check_index(self._state, info, key, coords, raw, n).tolist()
-        least_group = n_inner // max(info.per_shard) * info.chain.decoded  # bytes of one step (_unpack_shard)
-        if least_group <= max(_GROUP_BYTES, info.chain.decoded) and all(off != _MAX_U64 for off, _ in table):
-            _unpack_shard(info, key, data, table, box, out, origin)
+        if _unpack_shard(info, key, data, table, box, out, origin):
             return
         at = (np.stack(np.unravel_index(np.arange(n_inner), info.per_shard), 1) * shape + origin).tolist()
         for i, (off, nbytes) in enumerate(table):

@@ -291,46 +291,37 @@ _ZSTD = _ZstdFunctions.load()
 def _zstd_frame(data: Any, end: int) -> tuple[int | None, int | None]:
     """(declared content size, length of the first frame) of the zstd chunk data[:end], each None where
     there is none; by zstd's own functions, or where they are not exported by the frame's headers."""
-    if _ZSTD is not None:
-        return _ZSTD.measure(data, end)
-    return _zstd_content_size(data, end), _zstd_frame_length(data, end)
+    return _ZSTD.measure(data, end) if _ZSTD is not None else _zstd_headers(data, end)
 
 
-def _zstd_frame_length(data: Any, end: int) -> int | None:
-    """Where the first zstd frame of data[:end] ends (RFC 8878 3.1.1: its header, its blocks up to the one
-    flagged last, its checksum), or None. A bounded decode cannot stand in: zstd's one-shot decoders also
-    decode skippable and empty frames after the first, which change nothing they write."""
-    if end < 6 or struct.unpack_from("<I", data, 0)[0] != _ZSTD_MAGIC or data[4] & 0x08:  # reserved bit
-        return None
+def _zstd_headers(data: Any, end: int) -> tuple[int | None, int | None]:
+    """The same read from the first frame's headers (RFC 8878 3.1.1): the content size its frame header
+    declares, and where it ends (its blocks up to the one flagged last, then its checksum). A bounded
+    decode cannot stand in for the length: zstd's one-shot decoders also decode skippable and empty
+    frames after the first, which change nothing they write."""
+    if end < 6 or struct.unpack_from("<I", data, 0)[0] != _ZSTD_MAGIC:
+        return None, None
     fhd = data[4]
     fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
-    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag] + (1 if single else 0, 2, 4, 8)[fcs_flag]
-    while True:  # at most end / 3 blocks: each has a 3-byte header
-        if pos + 3 > end:
-            return None
-        header = int.from_bytes(bytes(data[pos:pos + 3]), "little")
-        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
-        if kind == 3:  # reserved block type
-            return None
-        pos += 3 + (1 if kind == 1 else size)  # an RLE block stores one byte
-        if last:
-            pos += 4 * checksum
-            return pos if pos <= end else None
-
-
-def _zstd_content_size(data: Any, end: int) -> int | None:
-    if end < 6 or struct.unpack_from("<I", data, 0)[0] != _ZSTD_MAGIC:
-        return None
-    fhd = data[4]
-    fcs_flag, single, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
     pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
     width = (1 if single else 0, 2, 4, 8)[fcs_flag]
-    if not width or pos + width > end:
-        return None
-    value = int.from_bytes(bytes(data[pos:pos + width]), "little")
-    return value + 256 if width == 2 else value
-
-
+    size = None
+    if width and pos + width <= end:
+        size = int.from_bytes(bytes(data[pos:pos + width]), "little") + (256 if width == 2 else 0)
+    if fhd & 0x08:  # the reserved bit
+        return size, None
+    pos += width
+    while True:  # at most end / 3 blocks: each has a 3-byte header
+        if pos + 3 > end:
+            return size, None
+        header = int.from_bytes(bytes(data[pos:pos + 3]), "little")
+        last, kind, block_size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:  # reserved block type
+            return size, None
+        pos += 3 + (1 if kind == 1 else block_size)  # an RLE block stores one byte
+        if last:
+            pos += 4 * checksum
+            return size, (pos if pos <= end else None)
 
 
 def _committed_axis(path: str, shape: tuple[int, ...]) -> str | None:
